@@ -1,0 +1,123 @@
+# corun build. `make` builds build/libcorun.a, the tests and build/corun-bench.
+#   make test | make bench | make deps | make install PREFIX=/usr/local | make format
+#   MODE=release|debug (debug: -O0, expensive invariant checks)
+#   SAN=address (ASan+UBSan) | SAN=thread (TSan), each in its own build folder.
+# Release objects live in build/, the other builds in build/<mode|san>/.
+# Sanitizer builds leave jemalloc out (CORUN_NO_JEMALLOC) so the sanitizers see every
+# allocation, and use bigger task stacks (instrumented frames are larger).
+
+MODE ?= release
+SAN ?=
+CXX ?= g++
+PREFIX ?= /usr/local
+TEST_PROCS ?= 1 2 4
+
+ifeq ($(SAN),address)
+  B := build/asan
+  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -DCORUN_NO_JEMALLOC
+else ifeq ($(SAN),thread)
+  B := build/tsan
+  SANFLAGS := -fsanitize=thread -DCORUN_NO_JEMALLOC
+else ifeq ($(SAN),)
+  ifeq ($(MODE),debug)
+    B := build/debug
+  else
+    B := build
+  endif
+  SANFLAGS :=
+else
+  $(error SAN=$(SAN) is not accepted: use SAN=address or SAN=thread, or leave it empty)
+endif
+
+ifeq ($(MODE),debug)
+  OPT := -O0 -DCORUN_DEBUG_CHECKS=1
+else ifeq ($(MODE),release)
+  OPT := -O2
+else
+  $(error MODE=$(MODE) is not accepted: use MODE=release or MODE=debug)
+endif
+
+# Frame pointers everywhere so `perf record -g` unwinds task stacks.
+CXXFLAGS_ALL := -std=c++20 -Wall -Wextra -Werror -g $(OPT) -fno-omit-frame-pointer \
+  -mno-omit-leaf-frame-pointer -pthread -Iinclude -Isrc -MMD -MP $(SANFLAGS) $(CXXFLAGS)
+ASFLAGS_ALL := -g $(SANFLAGS)
+LIBS := -lhwloc -lnuma -pthread
+ifeq ($(findstring CORUN_NO_JEMALLOC,$(SANFLAGS)),)
+  LIBS += -ljemalloc
+endif
+LDFLAGS_ALL := $(SANFLAGS) -pthread $(LDFLAGS)
+
+LIB_CPP := $(sort $(wildcard src/*/*.cpp))
+LIB_ASM := $(sort $(wildcard src/arch/*.S))
+TEST_CPP := $(sort $(wildcard tests/*.cpp tests/*/*.cpp))
+BENCH_CPP := $(sort $(wildcard perf/*.cpp))
+EXAMPLES := $(patsubst examples/%.cpp,$(B)/examples/%,$(wildcard examples/*.cpp))
+
+LIB_OBJ := $(LIB_CPP:%.cpp=$(B)/obj/%.o) $(LIB_ASM:%.S=$(B)/obj/%.o)
+TEST_OBJ := $(TEST_CPP:%.cpp=$(B)/obj/%.o)
+BENCH_OBJ := $(BENCH_CPP:%.cpp=$(B)/obj/%.o)
+
+.PHONY: all test bench deps install format format-check clean check-all
+all: $(B)/libcorun.a $(B)/corun-tests $(B)/corun-bench $(EXAMPLES)
+
+$(B)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_ALL) -c $< -o $@
+
+$(B)/obj/tests/%.o: tests/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_ALL) -Itests -c $< -o $@
+
+$(B)/obj/%.o: %.S
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASFLAGS_ALL) -Isrc -c $< -o $@
+
+$(B)/libcorun.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/corun-tests: $(TEST_OBJ) $(B)/libcorun.a
+	$(CXX) $(LDFLAGS_ALL) -o $@ $(TEST_OBJ) $(B)/libcorun.a $(LIBS)
+
+$(B)/corun-bench: $(BENCH_OBJ) $(B)/libcorun.a
+	$(CXX) $(LDFLAGS_ALL) -o $@ $(BENCH_OBJ) $(B)/libcorun.a $(LIBS)
+
+$(B)/examples/%: examples/%.cpp $(B)/libcorun.a
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_ALL) -o $@ $< $(B)/libcorun.a $(LIBS)
+
+deps:
+	@bash scripts/deps.sh
+
+# Unit suites run once; the runtime suites run again at every P count of TEST_PROCS
+# (4 on 2 cores is oversubscribed on purpose).
+test: deps
+	@$(MAKE) --no-print-directory all
+	@bash scripts/run-tests.sh $(B) "$(TEST_PROCS)"
+
+bench: deps
+	@$(MAKE) --no-print-directory all MODE=release SAN=
+	@bash scripts/bench-all.sh build
+
+install: $(B)/libcorun.a
+	install -d $(DESTDIR)$(PREFIX)/include/corun $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/corun/*.hpp $(DESTDIR)$(PREFIX)/include/corun/
+	install -m 644 $(B)/libcorun.a $(DESTDIR)$(PREFIX)/lib/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' corun.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/corun.pc
+
+# Every build CI runs: release, ASan+UBSan, TSan.
+check-all:
+	@$(MAKE) --no-print-directory test
+	@$(MAKE) --no-print-directory test SAN=address
+	@$(MAKE) --no-print-directory test SAN=thread
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h')
+
+format-check:
+	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp' '*.h')
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)

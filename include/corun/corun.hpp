@@ -1,0 +1,5 @@
+// corun/corun.hpp — everything public: include this, or one header per concern.
+#pragma once
+
+#include <corun/runtime.hpp>
+#include <corun/sync.hpp>

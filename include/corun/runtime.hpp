@@ -1,0 +1,84 @@
+// corun/runtime.hpp — booting the runtime and spawning tasks (API.md "Runtime").
+//
+// A task is a function running on its own small stack, multiplexed by the runtime's Ps
+// (logical processors, one per hardware thread by default) and Ms (OS threads). Tasks are
+// cooperative: they switch only when they block (channel, mutex, timer, I/O), yield, or
+// finish. A task that computes forever without yielding keeps its P.
+//
+// go() is a template so that the closure is constructed once, in place, at the top of the
+// new task's stack: spawning allocates nothing beyond the (cached) stack. The detail::
+// functions below are the runtime's side of that protocol; they are not for users.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace corun {
+
+struct Config {  // every field 0/empty = take it from the environment, then the default
+  int procs = 0;  // number of Ps; default: one per hardware thread in the affinity mask
+};
+
+// Boots the runtime, runs main_task as a task, returns 0 when it returns. Tasks still
+// alive then are abandoned and never run again. Throws std::invalid_argument on a
+// malformed CORUN_* variable or Config, std::logic_error if a runtime is already running.
+int run(std::function<void()> main_task);
+int run(const Config& cfg, std::function<void()> main_task);
+
+void yield();   // let other runnable tasks run; outside a task: std::this_thread::yield()
+int procs();    // number of Ps of the running runtime (0 when none runs)
+int proc_id();  // index of the P running the caller, -1 outside a task
+
+namespace detail {
+using TaskFn = void (*)(void* closure);
+// Reserves a new task with `size` bytes of closure storage aligned to `align` (at the top
+// of its stack) and returns that storage. Throws std::logic_error outside run(),
+// std::length_error if the closure does not fit in a quarter of the stack.
+void* spawn_begin(std::size_t size, std::size_t align, TaskFn invoke, TaskFn destroy);
+void spawn_commit(void* closure) noexcept;  // closure constructed: make the task runnable
+void spawn_abort(void* closure) noexcept;   // closure constructor threw: free the task
+
+// RAII scope of a blocking() call: the P is released for other tasks while it lives.
+class BlockingScope {
+ public:
+  BlockingScope();
+  ~BlockingScope();
+  BlockingScope(const BlockingScope&) = delete;
+  BlockingScope& operator=(const BlockingScope&) = delete;
+
+ private:
+  void* token_;  // the runtime's record of the call; nullptr outside a task
+};
+}  // namespace detail
+
+// Spawns a task running fn(). Callable from any task; outside run() (no runtime, or from
+// a thread that is not one of the runtime's) it throws std::logic_error.
+template <class F>
+void go(F&& fn) {
+  using Fn = std::decay_t<F>;
+  static_assert(std::is_invocable_v<Fn&>, "corun::go needs a callable taking no arguments");
+  void* mem = detail::spawn_begin(
+      sizeof(Fn), alignof(Fn), [](void* p) { (*static_cast<Fn*>(p))(); },
+      [](void* p) { static_cast<Fn*>(p)->~Fn(); });
+  try {
+    ::new (mem) Fn(std::forward<F>(fn));
+  } catch (...) {
+    detail::spawn_abort(mem);
+    throw;
+  }
+  detail::spawn_commit(mem);
+}
+
+// Runs fn() — a call that may block its thread (read(2) on a file, a C library that
+// waits) — without holding the P: if it takes long, the P runs other tasks meanwhile.
+// Exceptions from fn propagate. Outside a task it just calls fn.
+template <class F>
+auto blocking(F&& fn) -> decltype(fn()) {
+  detail::BlockingScope scope;
+  return std::forward<F>(fn)();
+}
+
+}  // namespace corun

@@ -1,0 +1,78 @@
+/* corun arch: x86-64 (System V) context switch and fresh-context trampoline.
+ *
+ * What it is: corun_context_switch(from=%rdi, to=%rsi) stores rbx rbp r12-r15, the caller's
+ * rsp and return address, MXCSR and the x87 control word into *from, loads the same from *to,
+ * and jumps to to->rip. corun_context_trampoline is the first code of a fresh context (see
+ * context_init in context.hpp): it calls entry=%r12 with arg=%r13 and traps if entry returns.
+ *
+ * Invariants: offsets come from context_offsets.h (static_asserted in context.hpp). The switch
+ * touches only caller-saved scratch (%rax) besides what it restores. A saved rsp is the value
+ * the caller has after `call` returns, so resuming is "jmp to the return address with that
+ * rsp" -- exactly what `ret` would do, without `ret`.
+ *
+ * Rejected: `ret` (push rip; ret) to resume -- it trips a CET shadow stack and mispredicts the
+ * return stack buffer just the same; saving all of MXCSR's status flags separately -- stmxcsr
+ * stores control and flags together and flags are caller-saved, so carrying them is harmless.
+ * Skipping ldmxcsr/fldcw when unchanged: each is a handful of cycles; a compare and branch
+ * costs about as much and the switch stays straight-line.
+ *
+ * Compiles to nothing on other architectures so the build can list both .S files.
+ */
+#if defined(__x86_64__)
+
+#include "context_offsets.h"
+
+        .text
+
+/* void corun_context_switch(Context* from, const Context* to) */
+        .globl  corun_context_switch
+        .type   corun_context_switch, %function
+        .p2align 4
+corun_context_switch:
+        .cfi_startproc
+        /* save into *from (%rdi) */
+        movq    %rbx, CORUN_CTX_X64_RBX(%rdi)
+        movq    %rbp, CORUN_CTX_X64_RBP(%rdi)
+        movq    %r12, CORUN_CTX_X64_R12(%rdi)
+        movq    %r13, CORUN_CTX_X64_R13(%rdi)
+        movq    %r14, CORUN_CTX_X64_R14(%rdi)
+        movq    %r15, CORUN_CTX_X64_R15(%rdi)
+        movq    (%rsp), %rax                    /* return address */
+        movq    %rax, CORUN_CTX_X64_RIP(%rdi)
+        leaq    8(%rsp), %rax                   /* rsp after our return */
+        movq    %rax, CORUN_CTX_X64_RSP(%rdi)
+        stmxcsr CORUN_CTX_X64_MXCSR(%rdi)
+        fnstcw  CORUN_CTX_X64_FPUCW(%rdi)
+
+        /* load from *to (%rsi) */
+        movq    CORUN_CTX_X64_RBX(%rsi), %rbx
+        movq    CORUN_CTX_X64_RBP(%rsi), %rbp
+        movq    CORUN_CTX_X64_R12(%rsi), %r12
+        movq    CORUN_CTX_X64_R13(%rsi), %r13
+        movq    CORUN_CTX_X64_R14(%rsi), %r14
+        movq    CORUN_CTX_X64_R15(%rsi), %r15
+        ldmxcsr CORUN_CTX_X64_MXCSR(%rsi)
+        fldcw   CORUN_CTX_X64_FPUCW(%rsi)
+        movq    CORUN_CTX_X64_RSP(%rsi), %rsp
+        jmpq    *CORUN_CTX_X64_RIP(%rsi)
+        .cfi_endproc
+        .size   corun_context_switch, .-corun_context_switch
+
+/* First code of a fresh context. Entered by the jmp above with rsp 16-byte aligned,
+ * %r12 = entry, %r13 = arg, %rbp = 0. The CFI says "no caller": unwinders stop here. */
+        .globl  corun_context_trampoline
+        .type   corun_context_trampoline, %function
+        .p2align 4
+corun_context_trampoline:
+        .cfi_startproc
+        .cfi_undefined rip
+        xorl    %ebp, %ebp                      /* end of the frame-pointer chain */
+        movq    %r13, %rdi
+        callq   *%r12                           /* rsp % 16 == 0 here, as the ABI wants */
+        ud2                                     /* entry returned: a bug; trap loudly */
+        .cfi_endproc
+        .size   corun_context_trampoline, .-corun_context_trampoline
+
+#endif /* __x86_64__ */
+
+        .section .note.GNU-stack,"",%progbits

@@ -1,0 +1,239 @@
+// os/stack.hpp — task stacks: carved from large slabs, guard pages while the map budget
+// allows, a canary at the bottom of every stack, and the guard-page fault reporter.
+//
+// What it is: StackAllocator hands out fixed-size stacks [lo, hi). It maps memory in slabs
+// (one mmap of ~16 MiB each, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE|MAP_STACK,
+// MADV_NOHUGEPAGE) and carves them into slots of one guard page + the stack:
+//
+//     slab: | guard | stack 0 | guard | stack 1 | ... | guard | stack n-1 |
+//                   ^lo       ^hi
+//
+// The guard page of a slot is made PROT_NONE (mprotect) only while the guard budget allows;
+// otherwise it stays an unused, never-touched RW page (costs address space, no memory).
+//
+// Why: one million parked tasks must fit under the default vm.max_map_count (65530). One
+// mmap per stack is one map entry each; every PROT_NONE guard inside a slab splits it into
+// up to 2 more entries. So guards are budgeted and, beyond the budget, stacks are protected
+// by a canary only: write_canary() puts a 16-byte, address-dependent pattern at [lo, lo+16)
+// and the scheduler checks canary_intact() at every switch. A guard catches an overflow at
+// the faulting instruction; a canary catches it late (at the next switch) and only if the
+// overflow hit those 16 bytes, which is why guards are used while they are affordable.
+//
+// Invariants:
+//  - Every slot is page-aligned; stack_bytes() is a multiple of the page size; hi-lo ==
+//    stack_bytes() for every Stack handed out.
+//  - A stack is in exactly one place: handed out, on the hot list, on the cold list, or not
+//    yet carved. Hot stacks are as their last user left them; cold stacks were
+//    madvise(MADV_DONTNEED)'d (memory returned, they read as zeros).
+//  - release() only pushes on the hot list: no syscall on the task-exit path. Memory goes
+//    back to the OS in trim(), which the runtime's monitor thread calls periodically: it
+//    moves to the cold list the hot stacks that were surplus for a whole period (beyond
+//    keep_hot, and never needed since the previous trim: the hot list's low-water mark),
+//    oldest first, sorted by address, one madvise per run of neighbouring slots. A mass
+//    exit of a million tasks then costs a few thousand madvise calls in the background,
+//    not one TLB shootdown (an IPI to every CPU of the process) per task.
+//  - The canary is zeros: fresh and madvised memory already reads as zeros, so allocate()
+//    writes nothing there and an untouched bottom page stays unbacked (a read maps the
+//    kernel's shared zero page). canary_intact() is true for every stack handed out.
+//  - A guard, once set, stays until the slab is unmapped (the destructor): guarded() only
+//    grows, and Stack::guarded is fixed for the life of the slot.
+//  - Guard budget accounting counts 2 map entries per guard (a PROT_NONE page in the middle
+//    of a RW mapping splits it into 3). Auto mode (guard_map_budget = -1) shares ONE
+//    process-wide budget, computed once when the first auto-mode allocator is built, among
+//    all auto-mode allocators (per-node allocators must not each claim half the limit);
+//    an allocator returns its share when destroyed. An explicit budget is per allocator.
+//  - If mprotect fails anyway (ENOMEM: the map count hit the limit because something else
+//    mapped a lot), that stack is unguarded and the allocator stops guarding.
+//
+// Rejected:
+//  - One mmap (+ guard) per stack (marl, Boost.Context's protected_fixedsize): 1-2 map
+//    entries per stack, so it fails near 32k (guarded) or 65k stacks under the default.
+//  - Raising vm.max_map_count: needs root, and a library must work on a default box.
+//  - Segmented / growable stacks (Go): needs compiler support for C++ frames.
+//  - Freeing released stacks back to the OS (munmap): carved slots are reused; memory of
+//    stacks beyond keep_hot is returned with MADV_DONTNEED instead, which keeps the
+//    address range and its guard (no map-entry churn, no new mprotect).
+//  - One madvise per released stack: measured ~100 µs each on this project's 2-vCPU VM, and
+//    each call flushes the TLB of every CPU running the process (IPIs on a many-core box).
+//  - Transparent huge pages on slabs: touching one stack's top page would fault in a
+//    2 MiB page spanning ~30 stacks; slabs are MADV_NOHUGEPAGE.
+//
+// Cost to know: checking the canary reads the lowest page of each stack once; that maps
+// the shared zero page (a minor fault, no memory), so a task that touches only the top of
+// its stack has one resident page. Weakness of a zero canary: an overflow that writes
+// zeros over those 16 bytes goes unnoticed (the scheduler also checks the saved stack
+// pointer at every switch).
+//
+// Thread safety: StackAllocator is thread-safe: one std::mutex (mu_) guards all of its
+// mutable state; the scheduler keeps a per-P cache in front, so this is the slow path.
+// write_canary/canary_intact touch only the given stack. install_overflow_handler is
+// process-wide and idempotent; thread_altstack_* act on the calling thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+// 1 when a sanitizer that owns SIGSEGV handling and the threads' alternate signal stacks
+// (ASan, TSan) is on: install_overflow_handler and thread_altstack_* are then no-ops.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CORUN_OS_SANITIZER_OWNS_SEGV 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define CORUN_OS_SANITIZER_OWNS_SEGV 1
+#endif
+#endif
+#ifndef CORUN_OS_SANITIZER_OWNS_SEGV
+#define CORUN_OS_SANITIZER_OWNS_SEGV 0
+#endif
+
+namespace corun::os {
+
+// A task stack. Usable bytes are [lo, hi); the stack grows down from hi. If guarded,
+// [lo - page, lo) is PROT_NONE.
+struct Stack {
+  std::byte* lo = nullptr;
+  std::byte* hi = nullptr;
+  bool guarded = false;
+};
+
+struct StackOptions {
+  // Usable size per stack; rounded up to whole pages. Accepted: 1 byte .. 1 GiB.
+  std::size_t stack_bytes = 64 * 1024;
+  // Target slab size; a slab holds max(1, slab_bytes / (stack + page)) stacks.
+  std::size_t slab_bytes = 16u << 20;
+  // -1: auto (process-wide budget = vm.max_map_count/2 - lines of /proc/self/maps at the
+  // first auto allocator's construction, clamped >= 0, shared by all auto allocators).
+  // >= 0: this allocator's own budget in map entries; each guard counts 2.
+  // Accepted: -1 or >= 0.
+  long guard_map_budget = -1;
+  // >= 0: mbind(MPOL_PREFERRED) every slab to that node; must be an online node of this
+  // machine (checked in the constructor). -1: no placement.
+  int numa_node = -1;
+  // Released stacks trim() always keeps hot (as they are); surplus beyond it goes cold.
+  std::size_t keep_hot = 1024;
+};
+
+// Thrown by allocate() when mmap fails with ENOMEM. what() names the stack size, stacks
+// carved, bytes mapped, the map count and vm.max_map_count. (Other mmap errors throw
+// std::system_error with the same message.)
+class StackAllocError : public std::bad_alloc {
+ public:
+  explicit StackAllocError(std::string msg) : msg_(std::move(msg)) {}
+  const char* what() const noexcept override { return msg_.c_str(); }
+
+ private:
+  std::string msg_;
+};
+
+class StackAllocator {
+ public:
+  // Throws std::invalid_argument for a bad option (the message names the option, the value
+  // and what is accepted). Maps nothing yet.
+  explicit StackAllocator(const StackOptions& opts);
+  // Unmaps every slab. All stacks must be unused by then (no task may run on one).
+  ~StackAllocator();
+  StackAllocator(const StackAllocator&) = delete;
+  StackAllocator& operator=(const StackAllocator&) = delete;
+
+  // Hot list (LIFO), then cold list (LIFO), then carve from the current slab, then map a
+  // new slab. The returned stack's canary is intact (zeros). Throws StackAllocError (a
+  // std::bad_alloc) or std::system_error if a slab cannot be mapped.
+  Stack allocate();
+  // Gives a stack back (must come from this allocator's allocate() and not be in use).
+  // Aborts with a message if s is not stack_bytes() long (cheap sanity check). Returns
+  // true if the hot list now exceeds keep_hot (time to schedule a trim()).
+  bool release(const Stack& s) noexcept;
+
+  std::size_t stack_bytes() const { return stack_bytes_; }  // rounded usable size
+  std::size_t slabs() const;                                // slabs mapped
+  std::size_t stacks_carved() const;                        // slots ever handed out
+  std::size_t guarded() const;                              // carved slots with a guard
+  std::size_t cold() const;  // released stacks whose memory was returned (cold list)
+  std::size_t hot() const;   // released stacks still resident (hot list)
+
+  // Returns to the OS the memory of hot stacks that stayed surplus since the previous
+  // trim (see the file comment); returns how many went cold. Call periodically from a
+  // thread that holds no P (it makes syscalls). has_surplus(): hot() > keep_hot.
+  std::size_t trim() noexcept;
+  bool has_surplus() const;
+
+ private:
+  struct Slab {
+    std::byte* base;
+    std::size_t len;
+  };
+  Stack carve_locked();      // requires mu_
+  void map_slab_locked();    // requires mu_; throws
+  bool take_guard_locked();  // requires mu_: reserve 2 map entries of guard budget
+  std::string describe_locked(std::size_t want) const;   // requires mu_; for errors
+  void make_cold(Stack* batch, std::size_t n) noexcept;  // takes mu_ at the end
+
+  // Immutable after construction (any thread may read).
+  const std::size_t page_;
+  const std::size_t stack_bytes_;
+  const std::size_t slot_bytes_;  // page_ + stack_bytes_
+  const std::size_t stacks_per_slab_;
+  const std::size_t keep_hot_;
+  const int numa_node_;
+  const bool auto_budget_;
+
+  mutable std::mutex mu_;
+  // All below: guarded by mu_.
+  std::vector<Slab> slabs_;
+  std::vector<Stack> hot_;     // LIFO
+  std::vector<Stack> cold_;    // LIFO
+  std::size_t hot_low_ = SIZE_MAX;  // hot_'s smallest size since the last trim()
+  std::byte* carve_next_ = nullptr;  // next free slot in the newest slab
+  std::byte* carve_end_ = nullptr;
+  std::size_t carved_ = 0;
+  std::size_t guarded_ = 0;
+  long own_budget_left_ = 0;     // explicit mode only (map entries)
+  bool guards_stopped_ = false;  // mprotect failed once: no more guards
+};
+
+// The canary: 16 bytes at [lo, lo+16), a pattern derived from lo (a copied stack bottom
+// does not pass). Both functions are cheap (two 8-byte stores / loads) and touch only s.
+void write_canary(const Stack& s) noexcept;
+bool canary_intact(const Stack& s) noexcept;
+
+// Async-signal-safe: write(2)s
+//   "corun: task <id> overflowed its stack (<N> KiB; raise CORUN_STACK_KB) — <how>\n"
+// to stderr, then abort(). N = stack_bytes / 1024.
+[[noreturn]] void report_stack_overflow(std::uint64_t task_id, std::size_t stack_bytes,
+                                        const char* how) noexcept;
+
+// Guard-page fault reporting. The scheduler records, per thread, the running task's stack.
+struct RunningStack {
+  const std::byte* lo = nullptr;
+  std::size_t bytes = 0;
+  std::uint64_t task_id = 0;
+};
+// Written by the scheduler at each switch with plain stores (follow them with
+// std::atomic_signal_fence(std::memory_order_release) so the compiler keeps them before the
+// switch); read only by this thread's SIGSEGV/SIGBUS handler. lo == nullptr: no task runs.
+// constinit: no dynamic initialisation, so no TLS wrapper call on access; initial-exec TLS
+// model: access from the signal handler never allocates (no __tls_get_addr slow path).
+extern thread_local constinit RunningStack tls_running_stack
+    __attribute__((tls_model("initial-exec")));
+
+// Process-wide, idempotent, thread-safe. Installs a SIGSEGV/SIGBUS handler
+// (SA_ONSTACK|SA_SIGINFO). On a fault with si_addr in [lo - page, lo) of this thread's
+// tls_running_stack: report_stack_overflow(task_id, bytes, "guard page hit"). Otherwise it
+// restores the handler that was there before (or SIG_DFL) and returns, so the fault
+// re-executes and is handled as if corun had never been there (a kill()-sent signal is
+// re-raised). Throws std::system_error if sigaction fails. A no-op under ASan/TSan, which
+// own SEGV handling (canaries still work).
+void install_overflow_handler();
+// Per thread: give this thread a 64 KiB signal stack (plus a guard page), so the handler
+// can run when the task stack is exhausted. Idempotent. Throws std::system_error on failure.
+// thread_altstack_teardown() disables and frees it (call before the thread exits).
+// No-ops under ASan/TSan (they manage the thread's alternate stack themselves).
+void thread_altstack_setup();
+void thread_altstack_teardown() noexcept;
+
+}  // namespace corun::os

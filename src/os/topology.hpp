@@ -1,0 +1,97 @@
+// os/topology: where each P runs and whom it steals from, computed from hwloc.
+//
+// corun runs one P (logical processor) per hardware thread (PU) of the affinity mask of the
+// thread that calls plan_topology(); each P's M is pinned to its PU (CORUN_PIN=on), and an
+// idle P steals from the other Ps nearest first. This file turns the machine's topology
+// (hwloc 2.x) into that plan; it never pins anything itself except via pin_current_thread().
+//
+// P -> PU placement. The usable PUs (affinity mask of the calling thread, intersected with
+// hwloc's allowed cpuset; all PUs for synthetic/XML topologies) are ordered "one PU per core
+// first": every core's first PU in hwloc logical order, then every core's second PU, ...
+// P i gets PU order[i mod n]. So with procs <= cores each P has a core to itself (no SMT
+// sibling shares its execution units), Ps fill package 0 before package 1 (memory stays on
+// few nodes), and procs > n oversubscribes round-robin: P i and P i+n share a PU.
+//
+// Victim order. victims[i] lists every other P exactly once, sorted by the key
+//   (tier, NUMA latency, other package, rotation (j - i) mod nprocs)
+// with tiers, nearest first:
+//   0 same PU (only under oversubscription)   1 same core (SMT sibling)
+//   2 shared L2                               3 shared L3
+//   4 same NUMA node                          5 everything else.
+// NUMA latency only orders tier 5, and only with CORUN_NUMA on and a latency matrix
+// (hwloc_distances_get_by_type NUMANODE, kind MEANS_LATENCY; on Linux the ACPI SLIT from
+// sysfs): the row is the thief's node, as it reads the victim's queue on the victim's node.
+// "Other package" puts the own package first within every tier: it is the whole order of
+// tier 5 without a matrix, breaks equal latencies with one, and splits tier 4 when BIOS node
+// interleaving makes one NUMA node of both sockets. Tie rules: an unknown level (-1: hwloc
+// has no such object, e.g. no L2 in a synthetic topology) is never "shared"; an unknown
+// package never counts as "other". Keys equal up to the rotation fall to the rotation, so P
+// i tries i+1, i+2, ... first: the thieves of one tier spread over it instead of all hitting
+// its lowest-numbered P. With numa=false (CORUN_NUMA=off) tier 4 and the matrix are ignored
+// (cache/core/package only) and numa_node is -1.
+//
+// On the 2-socket x 64-core server this is built for (e.g. 2 x EPYC, SMT on: 256 PUs,
+// NPS1..NPS4 gives 2..8 NUMA nodes, one L3 per 8-core CCX): a thief tries its SMT sibling,
+// then its CCX (shared L3: the stolen task's data is likely in the same cache), then its
+// NUMA node, then the other nodes of its socket (SLIT 11-12), then the other socket (SLIT
+// 32: Infinity Fabric, ~2x latency, remote memory for the rest of the task's life). The
+// rotation matters there: 15 idle CCX-mates must not all hammer one victim's cache line.
+// With CORUN_PROCS=64 the 64 Ps take distinct cores of package 0 and its DRAM.
+//
+// Rejected: random victims (Go, Tokio) - cheap but crosses sockets as often as not on two
+// sockets; a full latency-sorted order without tiers - SLIT says nothing about caches;
+// reading the process-wide binding (HWLOC_CPUBIND_PROCESS walks /proc/self/task and ORs
+// masks, including threads a previous run() pinned) - the caller's own mask is what the
+// user set with taskset/cgroups. Cost: the real machine's hwloc topology is loaded once per
+// process and cached (plugin loading and sysfs discovery: ~20 ms on the 2-CPU build VM, more
+// on big machines); each call then reads the affinity mask and sorts nprocs^2 integer keys
+// (256 Ps: about 1 ms).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace corun::os {
+
+// Where one P runs. Logical indices (hwloc logical_index, dense and in topology order), -1
+// when the level is unknown; os_cpu is the PU's OS index (what sched_setaffinity takes).
+struct ProcPlace {
+  int os_cpu = -1;
+  int pu = -1;
+  int core = -1;
+  int l2 = -1;
+  int l3 = -1;
+  int numa_node = -1;  // -1 with numa=false
+  int package = -1;
+  int numa_os_node = -1;  // OS index of numa_node (what libnuma/mbind/node_alloc take); -1 too
+};
+
+struct TopologyRequest {
+  int procs = 0;          // 0: one P per usable PU; 1..4096; more than PUs: P i -> PU (i mod n)
+  std::string synthetic;  // non-empty: hwloc_topology_set_synthetic (tests); not pinnable
+  std::string xml_path;   // non-empty: hwloc_topology_set_xml; not pinnable
+  bool numa = true;       // false (CORUN_NUMA=off): no NUMA tier/distances, numa_node -1
+};
+
+struct TopologyPlan {
+  std::vector<ProcPlace> procs;           // one per P
+  std::vector<std::vector<int>> victims;  // victims[p]: every other P index, nearest first
+  int numa_nodes = 1;                     // distinct NUMA nodes the Ps run on (1 if numa off)
+  int pus = 0;                            // usable PUs (affinity mask, or all when not real)
+  bool pinnable = false;                  // PUs are this machine's: pin_current_thread works
+  bool numa_distances_used = false;       // a latency matrix ordered cross-node victims
+  std::string describe() const;           // multi-line summary (CORUN_DEBUG, tests)
+};
+
+// Builds the plan. Throws std::runtime_error naming what failed (bad procs, bad synthetic
+// string, unreadable XML, empty affinity mask). Thread-safe.
+TopologyPlan plan_topology(const TopologyRequest& req);
+
+// Number of CPUs in the calling thread's affinity mask (sched_getaffinity; no hwloc). >= 1.
+int hardware_threads_in_affinity_mask() noexcept;
+
+// Binds the calling thread to the single CPU os_cpu. Returns 0 or an errno value
+// (EINVAL: os_cpu < 0, or not allowed by the cgroup cpuset).
+int pin_current_thread(int os_cpu) noexcept;
+
+}  // namespace corun::os

@@ -1,0 +1,41 @@
+// sched/eh_state.hpp — C++ exception-handling state that must travel with a task.
+//
+// The C++ runtime keeps, per thread, the stack of exceptions currently caught and the
+// count of exceptions in flight (__cxa_eh_globals). A task that parks inside a catch
+// block, or while a destructor runs during unwinding, may resume on another thread; if
+// that thread's record were used, __cxa_end_catch would pop the wrong exception and
+// std::uncaught_exceptions() would lie. So every switch into a task installs the task's
+// record in the thread, and every switch out saves it back.
+//
+// The layout mirrors libsupc++'s and libc++abi's __cxa_eh_globals on Linux: a pointer and
+// an unsigned count (32-bit ARM EHABI adds a third word; not a corun target). We copy
+// exactly that many bytes: the record sits among other thread-locals.
+#pragma once
+
+#include <cstring>
+
+namespace __cxxabiv1 {
+struct __cxa_eh_globals;
+extern "C" __cxa_eh_globals* __cxa_get_globals() noexcept;
+}  // namespace __cxxabiv1
+
+namespace corun::sched {
+
+struct EhState {
+  void* caught = nullptr;    // __cxa_eh_globals::caughtExceptions
+  unsigned int uncaught = 0; // __cxa_eh_globals::uncaughtExceptions
+
+  // Swap this saved record with the calling thread's live one.
+  void swap_with_thread() noexcept {
+    void* live = __cxxabiv1::__cxa_get_globals();
+    EhState tmp;
+    std::memcpy(&tmp.caught, live, sizeof(void*));
+    std::memcpy(&tmp.uncaught, static_cast<char*>(live) + sizeof(void*), sizeof(unsigned int));
+    std::memcpy(live, &caught, sizeof(void*));
+    std::memcpy(static_cast<char*>(live) + sizeof(void*), &uncaught, sizeof(unsigned int));
+    caught = tmp.caught;
+    uncaught = tmp.uncaught;
+  }
+};
+
+}  // namespace corun::sched

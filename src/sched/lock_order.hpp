@@ -1,0 +1,18 @@
+// sched/lock_order.hpp — every lock of the runtime, in the one order they may nest.
+//
+// A thread holding lock N may take only locks listed after N. Locks not listed here do
+// not exist; adding one means adding it here first.
+//
+//   1. sync WaitList::lock        (per WaitGroup/Mutex spin lock; held for a few
+//                                  instructions; may call ready(), which takes 2 or 3)
+//   2. Runtime::lock              (sched.lock: idle P list, idle M list, all Ms)
+//   3. GlobalQueue::mu            (the global run queue)
+//   4. StackAllocator's mutex     (os/stack.cpp; slow path of task creation)
+//
+// Lock-free, and so outside the order: each P's run queue (ring + runnext), the M park
+// notes (futex words), the counters npidle/nmspinning, P status words.
+//
+// Rejected: one big scheduler lock for queues and idle lists (Go's sched.lock covers
+// both); corun splits the global run queue off so a producer overflowing its ring never
+// waits behind an M going idle.
+#pragma once

@@ -1,0 +1,364 @@
+// sched/sched.cpp — the M loop: find a task, run it, handle what it asked for.
+//
+// find_runnable() order (Go's findRunnable, minus timers and netpoll until those land):
+//   1. every 61st schedule, one task from the global queue (a P with a busy ring must
+//      not starve the global queue);
+//   2. runnext, then the local ring;
+//   3. the global queue (a batch: its share of the queue, up to half a ring);
+//   4. stealing, if this M is spinning or fewer than half the busy Ps' Ms spin: four
+//      passes over the victims nearest first, runnext only on the last pass;
+//   5. give the P back, re-check (see the spinning invariant in sched.hpp), park the M.
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "os/thread.hpp"
+#include "sched/eh_state.hpp"
+#include "sched/sched.hpp"
+
+namespace corun::sched {
+
+namespace {
+thread_local M* tls_m = nullptr;
+}  // namespace
+
+// noinline + an asm memory clobber: the call is never merged with one made before a
+// context switch, so a task that moved threads sees its new M.
+__attribute__((noinline)) M* current_m() noexcept {
+  asm volatile("" ::: "memory");
+  return tls_m;
+}
+__attribute__((noinline)) void set_current_m(M* m) noexcept {
+  asm volatile("" ::: "memory");
+  tls_m = m;
+}
+
+void pidleput(Runtime* rt, P* p) noexcept {
+  p->m = nullptr;
+  // release: the next holder (pidleget under the same lock) sees our owner-only writes;
+  // the lock already orders them, the release is for lock-free readers of status.
+  p->status.store(PStatus::idle, std::memory_order_release);
+  p->link = rt->pidle;
+  rt->pidle = p;
+  rt->npidle.fetch_add(1, std::memory_order_seq_cst);  // seq_cst: spinning invariant
+}
+
+P* pidleget(Runtime* rt) noexcept {
+  P* p = rt->pidle;
+  if (p) {
+    rt->pidle = p->link;
+    p->link = nullptr;
+    rt->npidle.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  return p;
+}
+
+void acquirep(M* m, P* p) noexcept {
+  Runtime* rt = m->rt;
+  p->m = m;
+  m->p = p;
+  p->status.store(PStatus::running, std::memory_order_release);
+  if (rt->settings.pin && rt->plan.pinnable && p->os_cpu >= 0 && m->pinned_cpu != p->os_cpu) {
+    int err = os::pin_current_thread(p->os_cpu);
+    if (err != 0) {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true, std::memory_order_relaxed))
+        std::fprintf(stderr, "corun: cannot pin thread to cpu %d: %s; running unpinned\n",
+                     p->os_cpu, std::strerror(err));
+    }
+    m->pinned_cpu = p->os_cpu;
+  }
+}
+
+void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept {
+  t->state.store(TaskState::runnable, std::memory_order_relaxed);
+  LocalEnd local(p->runq);
+  if (next) {
+    t = local.put_next(t);
+    if (!t) return;
+  }
+  Task* batch = nullptr;
+  std::uint32_t n = local.push_back(t, &batch);
+  if (n) {
+    Task* last = batch;
+    while (last->next) last = last->next;
+    rt->runq.push_batch(batch, last, n);
+  }
+}
+
+void inject_global(Runtime* rt, Task* t) noexcept {
+  t->state.store(TaskState::runnable, std::memory_order_relaxed);
+  rt->runq.push(t);
+  wakep(rt);
+}
+
+void ready(Task* t) noexcept {
+  M* m = current_m();
+  if (m && m->p) {
+    runqput(m->rt, m->p, t, true);
+    wakep(m->rt);
+  } else {
+    Runtime* rt = m ? m->rt : current_runtime();
+    inject_global(rt, t);
+  }
+}
+
+void wakep(Runtime* rt) noexcept {
+  // seq_cst fence: our queue push (before this call) and the loads below are ordered
+  // against an M that stops spinning and re-checks the queues (sched.hpp).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (rt->npidle.load(std::memory_order_relaxed) == 0) return;
+  if (rt->nmspinning.load(std::memory_order_relaxed) != 0) return;
+  int expected = 0;
+  if (!rt->nmspinning.compare_exchange_strong(expected, 1, std::memory_order_seq_cst))
+    return;
+  startm(rt, nullptr, true);
+}
+
+void startm(Runtime* rt, P* p, bool spinning) {
+  M* m = nullptr;
+  {
+    std::lock_guard<std::mutex> g(rt->lock);
+    if (!p) {
+      p = pidleget(rt);
+      if (!p) {
+        if (spinning) rt->nmspinning.fetch_sub(1, std::memory_order_seq_cst);
+        return;
+      }
+    }
+    if (rt->stopping.load(std::memory_order_acquire)) {
+      pidleput(rt, p);
+      if (spinning) rt->nmspinning.fetch_sub(1, std::memory_order_seq_cst);
+      return;
+    }
+    m = rt->midle;
+    if (m) rt->midle = m->link;
+  }
+  if (!m) {
+    new_m(rt, p, spinning);
+    return;
+  }
+  m->nextp = p;
+  m->spinning = spinning;
+  m->park.wakeup();  // release: publishes nextp/spinning
+}
+
+void handoffp(Runtime* rt, P* p) {
+  if (!p->runq.empty_hint() || !rt->runq.empty_hint()) {
+    startm(rt, p, false);
+    return;
+  }
+  int expected = 0;
+  if (rt->nmspinning.load(std::memory_order_relaxed) + rt->npidle.load(std::memory_order_relaxed) == 0 &&
+      rt->nmspinning.compare_exchange_strong(expected, 1, std::memory_order_seq_cst)) {
+    startm(rt, p, true);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> g(rt->lock);
+    pidleput(rt, p);
+  }
+  // Work may have arrived between the check and pidleput.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!rt->runq.empty_hint()) wakep(rt);
+}
+
+namespace {
+
+void reset_spinning(M* m) noexcept {
+  m->spinning = false;
+  int left = m->rt->nmspinning.fetch_sub(1, std::memory_order_seq_cst) - 1;
+  // We were the last spinner and found work: there may be more, keep someone looking.
+  if (left == 0) wakep(m->rt);
+}
+
+Task* globrunqget(Runtime* rt, P* p, std::uint32_t max) noexcept {
+  if (rt->runq.empty_hint()) return nullptr;
+  std::uint32_t n = rt->runq.size_hint() / static_cast<std::uint32_t>(rt->nprocs) + 1;
+  if (max && n > max) n = max;
+  if (n > RunQueue::kSize / 2) n = RunQueue::kSize / 2;
+  Task* rest = nullptr;
+  std::uint32_t nrest = 0;
+  Task* t = rt->runq.pop_batch(n, &rest, &nrest);
+  while (rest) {
+    Task* nx = rest->next;
+    runqput(rt, p, rest, false);
+    rest = nx;
+  }
+  return t;
+}
+
+Task* steal_work(Runtime* rt, P* p) noexcept {
+  LocalEnd local(p->runq);
+  constexpr int kPasses = 4;
+  for (int pass = 0; pass < kPasses; pass++) {
+    bool last = pass == kPasses - 1;
+    for (int v : p->victims) {
+      if (rt->stopping.load(std::memory_order_relaxed)) return nullptr;
+      P* vp = rt->ps[static_cast<std::size_t>(v)];
+      if (!last && vp->runq.empty_hint()) continue;
+      bool running = vp->status.load(std::memory_order_relaxed) == PStatus::running;
+      std::uint32_t n = StealEnd(vp->runq).steal_into(local, last, running, *rt->backoff);
+      if (n == 0) continue;
+      std::uint32_t tail = p->runq.tail.load(std::memory_order_relaxed);
+      Task* t = p->runq.slots[(tail + n - 1) % RunQueue::kSize].load(std::memory_order_relaxed);
+      if (n > 1) local.publish(n - 1);
+      p->stat_steals.store(p->stat_steals.load(std::memory_order_relaxed) + n,
+                           std::memory_order_relaxed);
+      return t;
+    }
+  }
+  return nullptr;
+}
+
+bool any_work(Runtime* rt) noexcept {
+  if (!rt->runq.empty_hint()) return true;
+  for (P* p : rt->ps)
+    if (!p->runq.empty_hint()) return true;
+  return false;
+}
+
+// Parks this M until startm hands it a P (m->p set on return) or the runtime stops.
+void stopm(M* m) {
+  Runtime* rt = m->rt;
+  m->park.clear();
+  {
+    std::lock_guard<std::mutex> g(rt->lock);
+    if (rt->stopping.load(std::memory_order_acquire)) return;
+    m->link = rt->midle;
+    rt->midle = m;
+  }
+  m->park.sleep();
+  if (m->nextp) {
+    P* p = m->nextp;
+    m->nextp = nullptr;
+    acquirep(m, p);
+  }
+}
+
+Task* find_runnable(M* m) {
+  Runtime* rt = m->rt;
+  for (;;) {
+    if (rt->stopping.load(std::memory_order_acquire)) return nullptr;
+    P* p = m->p;
+    if (!p) {
+      stopm(m);
+      continue;
+    }
+    Task* t = nullptr;
+    if (p->schedtick % 61 == 0 && (t = globrunqget(rt, p, 1))) return t;
+    if ((t = LocalEnd(p->runq).pop())) return t;
+    if ((t = globrunqget(rt, p, 0))) return t;
+
+    int busy = rt->nprocs - rt->npidle.load(std::memory_order_relaxed);
+    if (m->spinning || 2 * rt->nmspinning.load(std::memory_order_relaxed) < busy) {
+      if (!m->spinning) {
+        m->spinning = true;
+        rt->nmspinning.fetch_add(1, std::memory_order_seq_cst);
+      }
+      if ((t = steal_work(rt, p))) return t;
+    }
+
+    // Nothing anywhere: give the P back.
+    {
+      std::lock_guard<std::mutex> g(rt->lock);
+      pidleput(rt, p);
+      m->p = nullptr;
+    }
+    bool was_spinning = m->spinning;
+    if (was_spinning) {
+      m->spinning = false;
+      rt->nmspinning.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    // seq_cst fence: pairs with wakep()'s; after it we see any work pushed before a
+    // producer looked at npidle/nmspinning and decided not to wake anyone.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    bool work = was_spinning ? any_work(rt) : !rt->runq.empty_hint();
+    if (work) {
+      P* np = nullptr;
+      {
+        std::lock_guard<std::mutex> g(rt->lock);
+        np = pidleget(rt);
+      }
+      if (np) {
+        acquirep(m, np);
+        if (was_spinning) {
+          m->spinning = true;
+          rt->nmspinning.fetch_add(1, std::memory_order_seq_cst);
+        }
+        continue;
+      }
+    }
+    stopm(m);
+  }
+}
+
+void handle_action(M* m, Task* t) {
+  Runtime* rt = m->rt;
+  Action a = m->action;
+  m->action = Action::none;
+  switch (a) {
+    case Action::park: {
+      t->state.store(TaskState::waiting, std::memory_order_relaxed);
+      void (*commit)(void*) = m->commit;
+      void* arg = m->commit_arg;
+      m->commit = nullptr;
+      commit(arg);  // after this, another thread may ready and run t
+      break;
+    }
+    case Action::yield:
+      runqput(rt, m->p, t, false);
+      break;
+    case Action::exit:
+      t->state.store(TaskState::dead, std::memory_order_relaxed);
+      task_free(rt, m->p, t);
+      break;
+    case Action::syscall_exit:
+      // Back from blocking() with no P free: the task waits in the global queue.
+      inject_global(rt, t);
+      break;
+    case Action::none:
+      std::fprintf(stderr, "corun: internal error: task %llu switched to the scheduler "
+                   "without saying why\n", static_cast<unsigned long long>(t->id));
+      std::abort();
+  }
+}
+
+void schedule_loop(M* m) {
+  for (;;) {
+    Task* t = find_runnable(m);
+    if (!t) return;
+    if (m->spinning) reset_spinning(m);
+    if (m->p) m->p->schedtick++;
+    switch_to_task(m, t);
+    handle_action(m, t);
+  }
+}
+
+}  // namespace
+
+void mstart(M* m) {
+  Runtime* rt = m->rt;
+  set_current_m(m);
+  char name[16];
+  std::snprintf(name, sizeof name, "corun-m%d", m->id);
+  os::set_thread_name(name);
+  os::set_timer_slack_ns(rt->settings.timerslack_ns);
+  os::thread_altstack_setup();
+  arch::san_init_thread(m->g0san);
+  if (m->nextp) {
+    P* p = m->nextp;
+    m->nextp = nullptr;
+    acquirep(m, p);
+  }
+  schedule_loop(m);
+  if (m->p) {
+    std::lock_guard<std::mutex> g(rt->lock);
+    pidleput(rt, m->p);
+    m->p = nullptr;
+  }
+  os::thread_altstack_teardown();
+  set_current_m(nullptr);
+}
+
+}  // namespace corun::sched

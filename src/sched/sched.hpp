@@ -1,0 +1,205 @@
+// sched/sched.hpp — G/M/P: the scheduler's state and its internal operations.
+//
+// Go's model (runtime/proc.go "Goroutine scheduler"): a P is a logical processor with a
+// local run queue, the right to run tasks, and caches (free tasks, task ids); an M is an
+// OS thread, which runs tasks only while it holds a P; there are `procs` Ps. An M with
+// nothing to run steals from other Ps (nearest first by topology, see os/topology), then
+// gives its P back to the idle list and parks on its futex note. Making a task runnable
+// wakes an idle P (through an idle M) only when no M is already spinning for work, so a
+// burst of wake-ups costs one futex wake, not one per task.
+//
+// Spinning invariant (Go's "delicate dance"): an M that stops spinning decrements
+// nmspinning and then re-checks every run queue; a producer pushes work and then checks
+// nmspinning/npidle. Both sides put a seq_cst fence between their store and their load,
+// so at least one of them sees the other: work is never stranded with every M asleep.
+//
+// Each task switch goes through the M's scheduler context (g0, the thread's own stack):
+// a task that parks switches to g0, and g0 — now off the task's stack — publishes the
+// park (runs the commit hook that releases the wait list's lock). Only then can another
+// thread ready the task, so no task is resumed while still on its way out.
+// Rejected: direct task-to-task switches with a post-switch hook in the next task
+// (boost's ontop_fcontext); it saves one switch (~5 ns) but spreads the park protocol
+// over every resume site. Revisit with numbers.
+//
+// What changes on 2 sockets × 64 cores: the idle lists and the global queue are single
+// cache lines shared by 128 threads; they are touched only on idle/wake transitions and
+// ring overflow, never per task. Per-node idle lists would be the next step if perf
+// shows sched.lock contention at 128 Ps.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <pthread.h>
+#include <vector>
+
+#include "arch/context.hpp"
+#include "arch/sanitizer.hpp"
+#include "os/env.hpp"
+#include "os/stack.hpp"
+#include "os/topology.hpp"
+#include "sched/global_queue.hpp"
+#include "sched/note.hpp"
+#include "sched/runq.hpp"
+#include "sched/task.hpp"
+
+namespace corun::sched {
+
+struct M;
+struct Runtime;
+
+// P states (Go's _Pidle/_Prunning/_Psyscall):
+//   idle     in the idle list (Runtime::pidle): owned by Runtime::lock.
+//   running  held by an M (p->m): only that M touches the owner-only fields.
+//   syscall  its M is in blocking(); the P is still the M's unless someone CASes the
+//            status to idle (sysmon's retake), which transfers it to the CASer.
+enum class PStatus : std::uint32_t { idle, running, syscall };
+
+struct alignas(64) P {
+  // Immutable after boot.
+  int id = 0;
+  int os_cpu = -1;     // CPU to pin to, -1 for none
+  int numa_node = -1;  // for placement
+  std::vector<int> victims;  // other P ids, nearest first
+  os::StackAllocator* stacks = nullptr;  // this P's NUMA node's allocator
+
+  // Written by the holder on transitions, CASed by sysmon (syscall -> idle);
+  // acq_rel so the P's owner-only state moves with the ownership.
+  std::atomic<PStatus> status{PStatus::idle};
+
+  RunQueue runq;  // see runq.hpp for who touches what
+
+  // Owner-only (the M holding the P).
+  M* m = nullptr;
+  std::uint32_t schedtick = 0;   // schedules done; every 61st checks the global queue
+  Task* free_tasks = nullptr;    // dead tasks with their stacks, LIFO (warm caches)
+  std::uint32_t nfree = 0;
+  std::uint64_t next_id = 0, end_id = 0;  // task-id cache, refilled in batches
+  std::uint64_t rng = 0;         // for victim tie-breaking
+
+  // Incremented by the owner at each blocking() entry; read by sysmon to tell a long
+  // blocking call from a new one (relaxed: a stale read only delays a retake one tick).
+  std::atomic<std::uint32_t> syscalltick{0};
+  std::uint32_t sysmon_tick = 0;  // sysmon only
+  std::uint64_t sysmon_when = 0;  // sysmon only
+
+  // Statistics for schedtrace, written by the owner (relaxed: counters, no ordering).
+  std::atomic<std::uint64_t> stat_steals{0};    // tasks this P stole
+  std::atomic<std::uint64_t> stat_spawned{0};
+
+  P* link = nullptr;  // idle list, guarded by Runtime::lock
+};
+
+// What a task asks its M to do once it is off the task's stack.
+enum class Action : std::uint8_t { none, park, yield, exit, syscall_exit };
+
+struct M {
+  int id = 0;
+  Runtime* rt = nullptr;
+  pthread_t thread{};
+  arch::Context g0;     // scheduler context on the thread's own stack
+  arch::SanFiber g0san;
+  Note park;            // idle Ms sleep here
+
+  // Owned by this M's thread, except nextp/spinning which the waker writes before
+  // park.wakeup() (release) and this thread reads after park.sleep() (acquire).
+  Task* curg = nullptr;
+  P* p = nullptr;
+  P* nextp = nullptr;
+  P* oldp = nullptr;    // the P it held when it entered blocking()
+  bool spinning = false;
+  int pinned_cpu = -2;  // -2 never pinned; -1 unpinned
+
+  Action action = Action::none;          // set by the task right before switching to g0
+  void (*commit)(void*) = nullptr;       // Action::park: run on g0 after the switch
+  void* commit_arg = nullptr;
+
+  // In blocking(): written by this M (seq_cst), read by shutdown to decide whom to detach.
+  std::atomic<bool> in_blocking{false};
+  bool exited = false;   // set by the thread when it leaves its loop (under rt->lock)
+  bool detached = false; // left in a blocking call at shutdown (under rt->lock)
+  M* link = nullptr;     // idle list, guarded by Runtime::lock
+};
+
+struct Runtime {
+  os::Settings settings;
+  os::TopologyPlan plan;
+  int nprocs = 0;
+  std::size_t stack_bytes = 0;
+  std::vector<P*> ps;
+  std::vector<std::unique_ptr<os::StackAllocator>> stacks;  // one per NUMA node in use
+
+  std::mutex lock;            // sched.lock (lock_order.hpp #2)
+  P* pidle = nullptr;         // guarded by lock
+  M* midle = nullptr;         // guarded by lock
+  std::vector<M*> allm;       // guarded by lock
+  int nmsys = 0;              // Ms inside blocking(), guarded by lock
+
+  // Updated under lock, read lock-free (seq_cst: see the spinning invariant above).
+  std::atomic<int> npidle{0};
+  std::atomic<int> nmspinning{0};
+
+  GlobalQueue runq;
+  std::atomic<std::uint64_t> id_gen{1};  // relaxed: uniqueness only
+
+  std::atomic<bool> stopping{false};  // set once at shutdown; acquire/release
+  std::atomic<int> refs{1};           // run() + detached Ms; the last one deletes
+  std::atomic<std::uint32_t> exit_seq{0};  // bumped when an M exits or blocks at shutdown
+
+  // sysmon
+  pthread_t sysmon_thread{};
+  bool sysmon_started = false;
+  Note sysmon_note;
+  std::atomic<bool> sysmon_idle{false};  // sysmon sleeps without a deadline
+
+  // main task completion
+  std::atomic<std::uint32_t> main_done{0};  // futex word run() sleeps on
+  std::exception_ptr main_error;            // written by the main task before main_done
+
+  std::unique_ptr<RunnextBackoff> backoff;
+  std::uint64_t start_ns = 0;
+};
+
+// ---- the current thread -------------------------------------------------------------
+// The M of the calling thread, nullptr on foreign threads. Never cached across a
+// context switch: a task may resume on another thread, and the compiler would happily
+// reuse a thread-local address computed before the switch. current_m() is opaque to the
+// optimiser for that reason.
+M* current_m() noexcept;
+void set_current_m(M* m) noexcept;
+Runtime* current_runtime() noexcept;  // the running runtime, or nullptr
+
+// ---- scheduler operations (sched.cpp) ----------------------------------------------
+void mstart(M* m);                       // thread body of every M
+M* new_m(Runtime* rt, P* p, bool spinning);
+void wakep(Runtime* rt) noexcept;        // start a spinning M if useful
+void startm(Runtime* rt, P* p, bool spinning);
+void handoffp(Runtime* rt, P* p);        // find an M for p, or idle it
+P* pidleget(Runtime* rt) noexcept;       // under rt->lock
+void pidleput(Runtime* rt, P* p) noexcept;  // under rt->lock
+void acquirep(M* m, P* p) noexcept;
+void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept;  // owner of p only
+void ready(Task* t) noexcept;           // make a waiting task runnable (any thread)
+void inject_global(Runtime* rt, Task* t) noexcept;  // from a thread without a P
+
+// ---- tasks (task.cpp) ----------------------------------------------------------------
+Task* task_alloc(Runtime* rt, P* p, std::size_t closure_size, std::size_t closure_align,
+                 TaskFn invoke, TaskFn destroy);  // p may be nullptr (foreign thread)
+void task_free(Runtime* rt, P* p, Task* t) noexcept;  // dead task back to a cache
+void switch_to_task(M* m, Task* t) noexcept;          // from g0
+void switch_to_g0(Task* t, Action a) noexcept;        // from a task
+void park(void (*commit)(void*), void* arg) noexcept;  // from a task
+Task* task_from_closure(void* closure) noexcept;
+void task_cache_drain(P* p) noexcept;                  // at shutdown
+Task* current_task() noexcept;                          // nullptr outside a task
+
+std::unique_ptr<RunnextBackoff> make_backoff(const os::Backoff& b);  // backoff.cpp
+
+// ---- sysmon (sysmon.cpp) -------------------------------------------------------------
+void sysmon_start(Runtime* rt);
+void sysmon_stop(Runtime* rt);
+void sysmon_kick(Runtime* rt) noexcept;  // a P entered blocking(): make sure sysmon watches
+
+}  // namespace corun::sched

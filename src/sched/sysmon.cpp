@@ -1,0 +1,175 @@
+// sched/sysmon.cpp — the system monitor thread (Go's sysmon), holding no P.
+//
+// Jobs: retake Ps whose M has been inside one blocking() call for a whole sysmon tick
+// (so a P never idles behind a thread stuck in read(2)), and print CORUN_DEBUG=schedtrace
+// lines. It sleeps on a futex note with an absolute deadline: 20 µs ticks while some P
+// is in blocking(), doubling up to 10 ms after 50 quiet ticks (Go's schedule), and no
+// deadline at all when there is nothing to watch — entering blocking() wakes it
+// (sysmon_kick). An idle runtime therefore costs no wake-ups.
+// Rejected: handing the P off at every blocking() entry (Go's entersyscallblock) — a
+// futex wake and a thread switch per call, even for calls that return in a microsecond.
+#include <cstdio>
+#include <string>
+
+#include "os/thread.hpp"
+#include "sched/sched.hpp"
+
+namespace corun::sched {
+
+namespace {
+
+constexpr std::uint64_t kTickNs = 20'000;
+constexpr std::uint64_t kMaxTickNs = 10'000'000;
+constexpr std::uint64_t kForceRetakeNs = 10'000'000;
+constexpr std::uint64_t kTrimNs = 1'000'000'000;  // idle task stacks go back after 1-2 s
+
+// Returns idle task stacks' memory to the OS (os/stack.hpp trim()); true if some
+// allocator still holds more than it keeps, so another trim is due.
+bool trim_stacks(Runtime* rt) {
+  bool surplus = false;
+  for (auto& a : rt->stacks) {
+    a->trim();
+    surplus |= a->has_surplus();
+  }
+  return surplus;
+}
+
+// Returns how many Ps it retook; *watching says whether any P is in blocking().
+int retake(Runtime* rt, std::uint64_t now, bool* watching) {
+  int n = 0;
+  for (P* p : rt->ps) {
+    if (p->status.load(std::memory_order_acquire) != PStatus::syscall) continue;
+    *watching = true;
+    std::uint32_t tick = p->syscalltick.load(std::memory_order_relaxed);
+    if (p->sysmon_tick != tick) {  // a new blocking call since we last looked
+      p->sysmon_tick = tick;
+      p->sysmon_when = now;
+      continue;
+    }
+    // Same call for a whole tick. Leave the P alone only if it has nothing queued and
+    // others are idle or spinning to take new work — and not for more than 10 ms.
+    if (p->runq.empty_hint() && rt->runq.empty_hint() &&
+        rt->nmspinning.load(std::memory_order_relaxed) + rt->npidle.load(std::memory_order_relaxed) > 0 &&
+        now - p->sysmon_when < kForceRetakeNs)
+      continue;
+    PStatus expected = PStatus::syscall;
+    // acq_rel: we take ownership of the P's owner-only state (released by entersyscall).
+    if (p->status.compare_exchange_strong(expected, PStatus::idle, std::memory_order_acq_rel)) {
+      handoffp(rt, p);
+      n++;
+    }
+  }
+  return n;
+}
+
+void print_schedtrace(Runtime* rt, std::uint64_t now) {
+  int idlethreads = 0, threads = 0, inblocking = 0;
+  {
+    std::lock_guard<std::mutex> g(rt->lock);
+    threads = static_cast<int>(rt->allm.size());
+    for (M* m = rt->midle; m; m = m->link) idlethreads++;
+    for (M* m : rt->allm) inblocking += m->in_blocking.load(std::memory_order_relaxed) ? 1 : 0;
+  }
+  std::string queues, steals, spawned;
+  for (P* p : rt->ps) {
+    queues += (queues.empty() ? "" : " ") + std::to_string(p->runq.size_hint());
+    steals += (steals.empty() ? "" : " ") +
+              std::to_string(p->stat_steals.load(std::memory_order_relaxed));
+    spawned += (spawned.empty() ? "" : " ") +
+               std::to_string(p->stat_spawned.load(std::memory_order_relaxed));
+  }
+  std::fprintf(stderr,
+               "corun: SCHED %llums: procs=%d idleprocs=%d threads=%d spinningthreads=%d "
+               "idlethreads=%d blockingthreads=%d runqueue=%u [%s] steals=[%s] spawned=[%s]\n",
+               static_cast<unsigned long long>((now - rt->start_ns) / 1000000), rt->nprocs,
+               rt->npidle.load(std::memory_order_relaxed), threads,
+               rt->nmspinning.load(std::memory_order_relaxed), idlethreads, inblocking,
+               rt->runq.size_hint(), queues.c_str(), steals.c_str(), spawned.c_str());
+}
+
+void* sysmon_main(void* arg) {
+  Runtime* rt = static_cast<Runtime*>(arg);
+  os::set_thread_name("corun-sysmon");
+  os::set_timer_slack_ns(rt->settings.timerslack_ns);
+  const std::uint64_t trace_ns = rt->settings.schedtrace_ms * 1000000;
+  std::uint64_t next_trace = trace_ns ? rt->start_ns + trace_ns : 0;
+  std::uint64_t tick = kTickNs;
+  std::uint64_t next_trim = 0;  // 0: no trim due (nothing surplus when we last looked)
+  int quiet = 0;
+  while (!rt->stopping.load(std::memory_order_acquire)) {
+    std::uint64_t now = os::monotonic_ns();
+    bool watching = false;
+    int retook = retake(rt, now, &watching);
+    if (next_trim == 0) {
+      bool surplus = false;
+      for (auto& a : rt->stacks) surplus |= a->has_surplus();
+      if (surplus) next_trim = now + kTrimNs;  // first look: give them a period to be reused
+    } else if (now >= next_trim) {
+      next_trim = trim_stacks(rt) ? now + kTrimNs : 0;
+    }
+    if (trace_ns && now >= next_trace) {
+      print_schedtrace(rt, now);
+      next_trace += trace_ns;
+      if (next_trace < now) next_trace = now + trace_ns;
+    }
+    if (retook) {
+      quiet = 0;
+      tick = kTickNs;
+    } else if (++quiet > 50 && tick < kMaxTickNs) {
+      tick *= 2;
+    }
+    if (!watching) {
+      // Nothing to watch: sleep until a P enters blocking(), the next trace, or shutdown.
+      rt->sysmon_note.clear();
+      rt->sysmon_idle.store(true, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      bool any = false;
+      for (P* p : rt->ps) any |= p->status.load(std::memory_order_relaxed) == PStatus::syscall;
+      if (!any && !rt->stopping.load(std::memory_order_acquire)) {
+        std::uint64_t until = UINT64_MAX;
+        if (trace_ns) until = next_trace;
+        if (next_trim && next_trim < until) until = next_trim;
+        if (until == UINT64_MAX)
+          rt->sysmon_note.sleep();
+        else
+          rt->sysmon_note.sleep_until(until);
+      }
+      rt->sysmon_idle.store(false, std::memory_order_relaxed);
+      quiet = 0;
+      tick = kTickNs;
+      continue;  // (a kick for surplus stacks lands here and sets next_trim above)
+    }
+    std::uint64_t deadline = now + tick;
+    if (trace_ns && next_trace < deadline) deadline = next_trace;
+    rt->sysmon_note.clear();
+    rt->sysmon_note.sleep_until(deadline);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void sysmon_start(Runtime* rt) {
+  int err = pthread_create(&rt->sysmon_thread, nullptr, sysmon_main, rt);
+  if (err != 0) {
+    std::fprintf(stderr, "corun: cannot create the sysmon thread: error %d\n", err);
+    std::abort();
+  }
+  rt->sysmon_started = true;
+}
+
+void sysmon_stop(Runtime* rt) {
+  if (!rt->sysmon_started) return;
+  rt->sysmon_note.wakeup();
+  pthread_join(rt->sysmon_thread, nullptr);
+  rt->sysmon_started = false;
+}
+
+void sysmon_kick(Runtime* rt) noexcept {
+  // seq_cst fence: our P status store (before the call) vs sysmon's idle flag store,
+  // store-buffering pattern; one of us sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (rt->sysmon_idle.load(std::memory_order_relaxed)) rt->sysmon_note.wakeup();
+}
+
+}  // namespace corun::sched

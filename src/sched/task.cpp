@@ -1,0 +1,206 @@
+// sched/task.cpp — task records: carving, recycling, and switching in and out.
+//
+// Layout of a task's stack (high addresses first):
+//   [Task record, 64-aligned][closure, its own alignment][Task* back-pointer][frames ...]
+//   ... down to stack.lo, where the canary sits (and below it, maybe, a guard page).
+// The back-pointer lets spawn_commit/abort find the record from the closure address the
+// public go() template holds.
+//
+// Recycling: a dead task keeps its stack and record in its P's free list (LIFO, so the
+// next spawn reuses warm cache lines); past kMaxFree, half go back to the allocator.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <new>
+#include <stdexcept>
+
+#include "sched/sched.hpp"
+
+namespace corun::sched {
+
+namespace {
+
+constexpr std::uint32_t kMaxFree = 256;
+constexpr std::uint64_t kIdBatch = 1024;
+
+[[noreturn]] void task_entry(void* arg) noexcept;
+
+Task* init_record(os::StackAllocator* alloc, const os::Stack& s) {
+  auto top = reinterpret_cast<std::uintptr_t>(s.hi);
+  std::uintptr_t rec = (top - sizeof(Task)) & ~static_cast<std::uintptr_t>(63);
+  Task* t = ::new (reinterpret_cast<void*>(rec)) Task();
+  t->stack = s;
+  t->origin = alloc;
+  arch::san_init_task(t->san, s.lo, static_cast<std::size_t>(s.hi - s.lo));
+  return t;
+}
+
+// Returns true if the allocator now holds more idle stacks than it keeps (sysmon trims).
+bool release_record(Task* t) noexcept {
+  os::StackAllocator* alloc = t->origin;
+  os::Stack s = t->stack;
+  arch::san_destroy_task(t->san);
+  t->~Task();
+  return alloc->release(s);
+}
+
+std::uint64_t next_id(Runtime* rt, P* p) noexcept {
+  if (!p) return rt->id_gen.fetch_add(1, std::memory_order_relaxed);
+  if (p->next_id == p->end_id) {
+    p->next_id = rt->id_gen.fetch_add(kIdBatch, std::memory_order_relaxed);
+    p->end_id = p->next_id + kIdBatch;
+  }
+  return p->next_id++;
+}
+
+}  // namespace
+
+Task* task_alloc(Runtime* rt, P* p, std::size_t size, std::size_t align, TaskFn invoke,
+                 TaskFn destroy) {
+  if (align == 0 || (align & (align - 1)) != 0 || align > 4096)
+    throw std::invalid_argument("corun::go: closure alignment must be a power of two <= 4096");
+  if (size > rt->stack_bytes / 4)
+    throw std::length_error("corun::go: closure of " + std::to_string(size) +
+                            " bytes does not fit in a quarter of the task stack (" +
+                            std::to_string(rt->stack_bytes) + " bytes; raise CORUN_STACK_KB)");
+  Task* t;
+  if (p && p->free_tasks) {
+    t = p->free_tasks;
+    p->free_tasks = t->next;
+    p->nfree--;
+  } else {
+    os::StackAllocator* alloc = p ? p->stacks : rt->stacks.front().get();
+    t = init_record(alloc, alloc->allocate());
+  }
+  t->next = nullptr;
+  auto rec = reinterpret_cast<std::uintptr_t>(t);
+  std::uintptr_t c = (rec - size) & ~(static_cast<std::uintptr_t>(align) - 1);
+  std::uintptr_t back = (c - sizeof(Task*)) & ~static_cast<std::uintptr_t>(sizeof(Task*) - 1);
+  *reinterpret_cast<Task**>(back) = t;
+  t->closure = reinterpret_cast<void*>(c);
+  t->invoke = invoke;
+  t->destroy = destroy;
+  t->id = next_id(rt, p);
+  t->eh = EhState{};
+  std::uintptr_t sp_top = back & ~static_cast<std::uintptr_t>(15);
+  arch::context_init(&t->ctx, t->stack.lo, reinterpret_cast<void*>(sp_top), task_entry, t);
+  t->state.store(TaskState::idle, std::memory_order_relaxed);
+  return t;
+}
+
+Task* task_from_closure(void* closure) noexcept {
+  auto c = reinterpret_cast<std::uintptr_t>(closure);
+  std::uintptr_t back = (c - sizeof(Task*)) & ~static_cast<std::uintptr_t>(sizeof(Task*) - 1);
+  return *reinterpret_cast<Task**>(back);
+}
+
+void task_free(Runtime* rt, P* p, Task* t) noexcept {
+  if (p && p->nfree < kMaxFree) {
+    t->next = p->free_tasks;
+    p->free_tasks = t;
+    p->nfree++;
+    return;
+  }
+  if (p) {
+    // Keep the newest half warm, return the older half.
+    Task* keep = p->free_tasks;
+    for (std::uint32_t i = 1; i < kMaxFree / 2; i++) keep = keep->next;
+    Task* give = keep->next;
+    keep->next = nullptr;
+    p->nfree = kMaxFree / 2;
+    bool surplus = false;
+    while (give) {
+      Task* nx = give->next;
+      surplus |= release_record(give);
+      give = nx;
+    }
+    if (surplus) sysmon_kick(rt);  // so idle stacks' memory goes back to the OS
+    t->next = p->free_tasks;
+    p->free_tasks = t;
+    p->nfree++;
+    return;
+  }
+  if (release_record(t)) sysmon_kick(rt);
+}
+
+void task_cache_drain(P* p) noexcept {
+  while (p->free_tasks) {
+    Task* nx = p->free_tasks->next;
+    release_record(p->free_tasks);
+    p->free_tasks = nx;
+  }
+  p->nfree = 0;
+}
+
+void switch_to_task(M* m, Task* t) noexcept {
+  m->curg = t;
+  t->state.store(TaskState::running, std::memory_order_relaxed);
+  os::tls_running_stack = {t->stack.lo, static_cast<std::size_t>(t->stack.hi - t->stack.lo), t->id};
+  t->eh.swap_with_thread();
+  arch::san_before_switch(m->g0san, t->san, false);
+  arch::corun_context_switch(&m->g0, &t->ctx);
+  arch::san_after_switch(m->g0san);
+  t->eh.swap_with_thread();
+  os::tls_running_stack = {};
+  m->curg = nullptr;
+  if (!t->stack.guarded) {
+    // No guard page under this stack (the map budget ran out): check that the task did
+    // not leave its stack (saved stack pointer) and did not pass through its end (canary).
+    auto lo = reinterpret_cast<std::uint64_t>(t->stack.lo);
+    if (arch::context_sp(t->ctx) < lo + 256)
+      os::report_stack_overflow(t->id, m->rt->stack_bytes, "stack pointer below the stack's end");
+    if (!os::canary_intact(t->stack))
+      os::report_stack_overflow(t->id, m->rt->stack_bytes, "canary at the stack's end overwritten");
+  }
+}
+
+void switch_to_g0(Task* t, Action a) noexcept {
+  M* m = current_m();
+  m->action = a;
+  arch::san_before_switch(t->san, m->g0san, a == Action::exit);
+  arch::corun_context_switch(&t->ctx, &m->g0);
+  arch::san_after_switch(t->san);
+}
+
+void park(void (*commit)(void*), void* arg) noexcept {
+  M* m = current_m();
+  if (!m->p) {
+    std::fprintf(stderr, "corun: task %llu waited on a corun primitive inside blocking(); "
+                 "blocking() is for calls that block the thread, not the task\n",
+                 static_cast<unsigned long long>(m->curg->id));
+    std::abort();
+  }
+  m->commit = commit;
+  m->commit_arg = arg;
+  switch_to_g0(m->curg, Action::park);
+}
+
+Task* current_task() noexcept {
+  M* m = current_m();
+  return m ? m->curg : nullptr;
+}
+
+namespace {
+
+[[noreturn]] void task_entry(void* arg) noexcept {
+  Task* t = static_cast<Task*>(arg);
+  arch::san_after_switch(t->san);
+  try {
+    t->invoke(t->closure);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "corun: task %llu terminated by exception: %s\n",
+                 static_cast<unsigned long long>(t->id), e.what());
+    std::abort();
+  } catch (...) {
+    std::fprintf(stderr, "corun: task %llu terminated by exception: (not a std::exception)\n",
+                 static_cast<unsigned long long>(t->id));
+    std::abort();
+  }
+  t->destroy(t->closure);
+  switch_to_g0(t, Action::exit);
+  std::abort();  // a dead task is never resumed
+}
+
+}  // namespace
+
+}  // namespace corun::sched

@@ -1,0 +1,83 @@
+// sync/waiter.cpp — see waiter.hpp.
+#include "sync/waiter.hpp"
+
+#include <sched.h>
+
+#include "arch/cpu.hpp"
+#include "os/futex.hpp"
+#include "sched/park.hpp"
+
+namespace corun::detail {
+
+void waitlist_lock(WaitList& l) noexcept {
+  for (int spins = 0;;) {
+    // acquire: the critical section sees the previous holder's list updates.
+    if (l.lock.exchange(1, std::memory_order_acquire) == 0) return;
+    while (l.lock.load(std::memory_order_relaxed) != 0) {
+      // The holder runs a few instructions; if it was preempted (oversubscription), let
+      // it run rather than burn our time slice.
+      if (++spins < 128)
+        arch::cpu_relax();
+      else
+        sched_yield();
+    }
+  }
+}
+
+void waitlist_unlock(WaitList& l) noexcept { l.lock.store(0, std::memory_order_release); }
+
+void waitlist_push(WaitList& l, Waiter* w) noexcept {
+  w->next = nullptr;
+  if (l.tail)
+    l.tail->next = w;
+  else
+    l.head = w;
+  l.tail = w;
+}
+
+Waiter* waitlist_pop(WaitList& l) noexcept {
+  Waiter* w = l.head;
+  if (w) {
+    l.head = w->next;
+    if (!l.head) l.tail = nullptr;
+    w->next = nullptr;
+  }
+  return w;
+}
+
+Waiter* waitlist_take_all(WaitList& l) noexcept {
+  Waiter* w = l.head;
+  l.head = l.tail = nullptr;
+  return w;
+}
+
+namespace {
+void unlock_list(void* arg) { waitlist_unlock(*static_cast<WaitList*>(arg)); }
+}  // namespace
+
+void wait_locked(WaitList& l, Waiter& w) noexcept {
+  w.task = sched::current_task();
+  waitlist_push(l, &w);
+  if (w.task) {
+    sched::park(unlock_list, &l);
+    return;
+  }
+  waitlist_unlock(l);
+  // acquire: pairs with wake()'s release; we see what the waker did before waking us.
+  while (w.woken.load(std::memory_order_acquire) == 0) os::futex_wait(&w.woken, 0);
+}
+
+void wake(Waiter* w) noexcept {
+  sched::Task* t = w->task;
+  if (t) {
+    sched::ready(t);  // w may be gone once t runs
+    return;
+  }
+  w->woken.store(1, std::memory_order_release);
+  // If the waiter saw the store without sleeping, it may have returned already and this
+  // wake hits a dead address: harmless for a private futex (at worst a spurious wake-up,
+  // which every futex waiter tolerates).
+  os::futex_wake(&w->woken, 1);
+}
+
+}  // namespace corun::detail

@@ -1,0 +1,41 @@
+// sync/waiter.hpp — wait-list nodes for WaitGroup and Mutex (and later channels).
+//
+// A Waiter lives on the waiting task's (or foreign thread's) stack for the duration of
+// the wait, linked into a WaitList (include/corun/sync.hpp) whose tiny spin lock guards
+// the links. A task parks through sched::park; a foreign thread sleeps on the waiter's
+// futex word. The waker reads everything it needs from the node before waking: once
+// woken, the waiter returns and its node is gone.
+// Rejected: std::mutex for the list — it can block the M's thread inside a task, which
+// stalls the whole P; the spin lock is held for a handful of instructions.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <corun/sync.hpp>
+
+namespace corun::sched {
+struct Task;
+}
+
+namespace corun::detail {
+
+struct Waiter {
+  sched::Task* task = nullptr;           // the parked task; nullptr for a foreign thread
+  std::atomic<std::uint32_t> woken{0};   // foreign thread's futex word; release on wake
+  Waiter* next = nullptr;                // guarded by the list's lock
+};
+
+void waitlist_lock(WaitList& l) noexcept;
+void waitlist_unlock(WaitList& l) noexcept;
+void waitlist_push(WaitList& l, Waiter* w) noexcept;  // lock held
+Waiter* waitlist_pop(WaitList& l) noexcept;           // lock held; nullptr if empty
+Waiter* waitlist_take_all(WaitList& l) noexcept;      // lock held; FIFO chain via next
+
+// Enqueues w (for the calling task or thread) and waits until wake(w). Called with the
+// list locked; releases the lock while waiting; returns without it.
+void wait_locked(WaitList& l, Waiter& w) noexcept;
+// Wakes a waiter already removed from its list. Call without the list's lock if possible.
+void wake(Waiter* w) noexcept;
+
+}  // namespace corun::detail

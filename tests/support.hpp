@@ -1,0 +1,119 @@
+// tests/support.hpp — helpers shared by the runtime test suites.
+//
+// Every runtime suite runs at the P count in CORUNTEST_PROCS (scripts/run-tests.sh runs
+// the binary at 1, 2 and 4 Ps; 4 oversubscribes this 2-core machine on purpose).
+// Scale: stress sizes shrink under the sanitizers, which run 5-20x slower.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <corun/corun.hpp>
+
+namespace corun::test {
+
+inline int procs() {
+  const char* s = std::getenv("CORUNTEST_PROCS");
+  int n = s ? std::atoi(s) : 2;
+  return n > 0 ? n : 2;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr int kScale = 10;  // divide stress sizes by this
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr int kScale = 10;
+#else
+inline constexpr int kScale = 1;
+#endif
+#else
+inline constexpr int kScale = 1;
+#endif
+
+// Runs fn as the main task of a runtime with procs() Ps (or n if given).
+inline void run(std::function<void()> fn, int n = 0) {
+  corun::Config cfg;
+  cfg.procs = n ? n : procs();
+  corun::run(cfg, std::move(fn));
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace corun::test
+
+// ---- death tests --------------------------------------------------------------------
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+
+namespace corun::test {
+
+inline std::map<std::string, int (*)()>& child_scenarios() {
+  static std::map<std::string, int (*)()> m;
+  return m;
+}
+
+struct ChildRegistrar {
+  ChildRegistrar(const char* name, int (*fn)()) { child_scenarios()[name] = fn; }
+};
+
+inline int run_child_scenario(const std::string& name) {
+  auto it = child_scenarios().find(name);
+  if (it == child_scenarios().end()) return 99;
+  return it->second();
+}
+
+struct ChildResult {
+  int status = 0;       // waitpid status
+  std::string output;   // stderr + stdout
+  bool signaled(int sig) const { return WIFSIGNALED(status) && WTERMSIG(status) == sig; }
+};
+
+// Re-runs this binary as `--corun-child=name` with extra environment entries.
+inline ChildResult child_run(const std::string& name, std::vector<std::string> env = {}) {
+  ChildResult r;
+  char path[] = "/tmp/corun-child-XXXXXX";
+  int fd = mkstemp(path);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, fd, 2);
+  std::string arg = "--corun-child=" + name;
+  char* argv[] = {const_cast<char*>("corun-tests"), arg.data(), nullptr};
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; e++) envs.emplace_back(*e);
+  for (auto& e : env) envs.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data()) == 0)
+    waitpid(pid, &r.status, 0);
+  posix_spawn_file_actions_destroy(&fa);
+  lseek(fd, 0, SEEK_SET);
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) r.output.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  unlink(path);
+  return r;
+}
+
+}  // namespace corun::test
+
+#define CORUN_TEST_CHILD_CAT2(a, b) a##b
+#define CORUN_TEST_CHILD_CAT(a, b) CORUN_TEST_CHILD_CAT2(a, b)
+#define CORUN_TEST_CHILD(NAME)                                                   \
+  static int CORUN_TEST_CHILD_CAT(child_, NAME)();                               \
+  static ::corun::test::ChildRegistrar CORUN_TEST_CHILD_CAT(child_reg_, NAME)(   \
+      #NAME, &CORUN_TEST_CHILD_CAT(child_, NAME));                               \
+  static int CORUN_TEST_CHILD_CAT(child_, NAME)()

@@ -1,0 +1,135 @@
+// tests/sync/sync_test.cpp — WaitGroup and Mutex: counting, exclusion under contention
+// across Ps, hand-off, foreign threads mixed with tasks.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "support.hpp"
+
+namespace t = corun::test;
+
+TEST_SUITE("sync") {
+  TEST_CASE("WaitGroup: wait on zero returns; negative counter throws and is not applied") {
+    t::run([] {
+      corun::WaitGroup wg;
+      wg.wait();
+      CHECK_THROWS_AS(wg.done(), std::logic_error);
+      wg.add(2);
+      CHECK_THROWS_AS(wg.add(-3), std::logic_error);
+      wg.done();
+      wg.done();
+      wg.wait();
+    });
+    corun::WaitGroup outside;  // usable without a runtime too
+    outside.add(1);
+    outside.done();
+    outside.wait();
+  }
+
+  TEST_CASE("WaitGroup: many waiters are all released, tasks and foreign threads alike") {
+    const int kWaiters = 200;
+    std::atomic<int> released{0};
+    t::run([&] {
+      corun::WaitGroup gate, all;
+      gate.add(1);
+      for (int i = 0; i < kWaiters; i++) {
+        all.add(1);
+        corun::go([&] {
+          gate.wait();
+          released++;
+          all.done();
+        });
+      }
+      std::thread foreign([&] {
+        gate.wait();
+        released++;
+      });
+      corun::yield();
+      gate.done();
+      all.wait();
+      foreign.join();
+    });
+    CHECK(released.load() == kWaiters + 1);
+  }
+
+  TEST_CASE("Mutex: exclusion under contention from many tasks on all Ps") {
+    const int kTasks = 16, kIters = 20000 / t::kScale;
+    long counter = 0;  // deliberately not atomic: the mutex protects it
+    t::run([&] {
+      corun::Mutex mu;
+      corun::WaitGroup wg;
+      for (int i = 0; i < kTasks; i++) {
+        wg.add(1);
+        corun::go([&] {
+          for (int k = 0; k < kIters; k++) {
+            mu.lock();
+            counter++;
+            if (k % 64 == 0) corun::yield();  // hold it across a switch sometimes
+            mu.unlock();
+          }
+          wg.done();
+        });
+      }
+      wg.wait();
+    });
+    CHECK(counter == static_cast<long>(kTasks) * kIters);
+  }
+
+  TEST_CASE("Mutex: try_lock, and foreign threads contending with tasks") {
+    long counter = 0;
+    t::run([&] {
+      corun::Mutex mu;
+      CHECK(mu.try_lock());
+      CHECK_FALSE(mu.try_lock());
+      mu.unlock();
+      corun::WaitGroup wg;
+      const int kIters = 5000 / t::kScale;
+      for (int i = 0; i < 4; i++) {
+        wg.add(1);
+        corun::go([&] {
+          for (int k = 0; k < kIters; k++) {
+            std::lock_guard<corun::Mutex> g(mu);
+            counter++;
+          }
+          wg.done();
+        });
+      }
+      std::thread foreign([&] {
+        for (int k = 0; k < kIters; k++) {
+          std::lock_guard<corun::Mutex> g(mu);
+          counter++;
+        }
+      });
+      wg.wait();
+      foreign.join();
+      CHECK(counter == 5L * kIters);
+    });
+  }
+
+  TEST_CASE("Mutex: ownership is handed to the longest waiter (FIFO)") {
+    std::vector<int> order;
+    t::run(
+        [&] {
+          corun::Mutex mu;
+          corun::WaitGroup wg;
+          mu.lock();
+          for (int i = 0; i < 5; i++) {
+            wg.add(1);
+            corun::go([&, i] {
+              mu.lock();
+              order.push_back(i);
+              mu.unlock();
+              wg.done();
+            });
+            for (int k = 0; k < 3; k++) corun::yield();  // let it queue before the next
+          }
+          mu.unlock();
+          wg.wait();
+        },
+        1);
+    CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+  }
+}
