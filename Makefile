@@ -2,6 +2,7 @@
 #   make test | make bench | make deps | make install PREFIX=/usr/local | make format
 #   MODE=release|debug (debug: -O0, expensive invariant checks)
 #   SAN=address (ASan+UBSan) | SAN=thread (TSan), each in its own build folder.
+#   NO_JEMALLOC=1: P memory from aligned_alloc, no -ljemalloc (keeps glibc's malloc).
 # Release objects live in build/, the other builds in build/<mode|san>/.
 # Sanitizer builds leave jemalloc out (CORUN_NO_JEMALLOC) so the sanitizers see every
 # allocation, and use bigger task stacks (instrumented frames are larger).
@@ -25,6 +26,10 @@ else ifeq ($(SAN),)
     B := build
   endif
   SANFLAGS :=
+  ifeq ($(NO_JEMALLOC),1)
+    B := $(B)/nojemalloc
+    SANFLAGS := -DCORUN_NO_JEMALLOC
+  endif
 else
   $(error SAN=$(SAN) is not accepted: use SAN=address or SAN=thread, or leave it empty)
 endif

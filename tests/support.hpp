@@ -73,8 +73,8 @@ inline int run_child_scenario(const std::string& name) {
 }
 
 struct ChildResult {
-  int status = 0;       // waitpid status
-  std::string output;   // stderr + stdout
+  int status = 0;      // waitpid status
+  std::string output;  // stderr + stdout
   bool signaled(int sig) const { return WIFSIGNALED(status) && WTERMSIG(status) == sig; }
 };
 
@@ -112,8 +112,8 @@ inline ChildResult child_run(const std::string& name, std::vector<std::string> e
 
 #define CORUN_TEST_CHILD_CAT2(a, b) a##b
 #define CORUN_TEST_CHILD_CAT(a, b) CORUN_TEST_CHILD_CAT2(a, b)
-#define CORUN_TEST_CHILD(NAME)                                                   \
-  static int CORUN_TEST_CHILD_CAT(child_, NAME)();                               \
-  static ::corun::test::ChildRegistrar CORUN_TEST_CHILD_CAT(child_reg_, NAME)(   \
-      #NAME, &CORUN_TEST_CHILD_CAT(child_, NAME));                               \
+#define CORUN_TEST_CHILD(NAME)                                                 \
+  static int CORUN_TEST_CHILD_CAT(child_, NAME)();                             \
+  static ::corun::test::ChildRegistrar CORUN_TEST_CHILD_CAT(child_reg_, NAME)( \
+      #NAME, &CORUN_TEST_CHILD_CAT(child_, NAME));                             \
   static int CORUN_TEST_CHILD_CAT(child_, NAME)()

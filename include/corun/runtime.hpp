@@ -18,7 +18,7 @@
 
 namespace corun {
 
-struct Config {  // every field 0/empty = take it from the environment, then the default
+struct Config {   // every field 0/empty = take it from the environment, then the default
   int procs = 0;  // number of Ps; default: one per hardware thread in the affinity mask
 };
 

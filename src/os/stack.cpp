@@ -371,7 +371,9 @@ void StackAllocator::map_slab_locked() {
 // ---------------------------------------------------------------------------------------
 // Canaries
 
-void write_canary(const Stack& s) noexcept { std::memset(s.lo, 0, 16); }
+void write_canary(const Stack& s) noexcept {
+  std::memset(s.lo, 0, 16);
+}
 
 bool canary_intact(const Stack& s) noexcept {
   std::uint64_t have[2];

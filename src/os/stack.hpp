@@ -185,9 +185,9 @@ class StackAllocator {
   mutable std::mutex mu_;
   // All below: guarded by mu_.
   std::vector<Slab> slabs_;
-  std::vector<Stack> hot_;     // LIFO
-  std::vector<Stack> cold_;    // LIFO
-  std::size_t hot_low_ = SIZE_MAX;  // hot_'s smallest size since the last trim()
+  std::vector<Stack> hot_;           // LIFO
+  std::vector<Stack> cold_;          // LIFO
+  std::size_t hot_low_ = SIZE_MAX;   // hot_'s smallest size since the last trim()
   std::byte* carve_next_ = nullptr;  // next free slot in the newest slab
   std::byte* carve_end_ = nullptr;
   std::size_t carved_ = 0;

@@ -15,13 +15,14 @@ namespace corun::os {
 
 // Returns 0 or errno.
 int set_timer_slack_ns(std::uint64_t ns) noexcept;
-std::uint64_t timer_slack_ns() noexcept;  // the calling thread's current slack
+std::uint64_t timer_slack_ns() noexcept;          // the calling thread's current slack
 void set_thread_name(const char* name) noexcept;  // truncated to 15 characters
 
 inline std::uint64_t monotonic_ns() noexcept {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 inline timespec to_timespec(std::uint64_t ns) noexcept {

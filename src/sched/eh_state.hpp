@@ -22,12 +22,15 @@ extern "C" __cxa_eh_globals* __cxa_get_globals() noexcept;
 namespace corun::sched {
 
 struct EhState {
-  void* caught = nullptr;    // __cxa_eh_globals::caughtExceptions
-  unsigned int uncaught = 0; // __cxa_eh_globals::uncaughtExceptions
+  void* caught = nullptr;     // __cxa_eh_globals::caughtExceptions
+  unsigned int uncaught = 0;  // __cxa_eh_globals::uncaughtExceptions
 
-  // Swap this saved record with the calling thread's live one.
-  void swap_with_thread() noexcept {
-    void* live = __cxxabiv1::__cxa_get_globals();
+  // The calling thread's live record. Constant for the thread's life: each M looks it
+  // up once (the lookup is a __tls_get_addr call into libstdc++) and keeps it.
+  static void* thread_record() noexcept { return __cxxabiv1::__cxa_get_globals(); }
+
+  // Swap this saved record with the thread's live one (from thread_record()).
+  void swap_with(void* live) noexcept {
     EhState tmp;
     std::memcpy(&tmp.caught, live, sizeof(void*));
     std::memcpy(&tmp.uncaught, static_cast<char*>(live) + sizeof(void*), sizeof(unsigned int));

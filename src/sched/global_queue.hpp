@@ -64,8 +64,8 @@ class GlobalQueue {
 
  private:
   std::mutex mu_;
-  Task* head_ = nullptr;  // guarded by mu_
-  Task* tail_ = nullptr;  // guarded by mu_
+  Task* head_ = nullptr;                // guarded by mu_
+  Task* tail_ = nullptr;                // guarded by mu_
   std::atomic<std::uint32_t> size_{0};  // written under mu_; read lock-free as a hint
 };
 

@@ -12,8 +12,8 @@ namespace corun::sched {
 
 struct Task;
 
-Task* current_task() noexcept;                          // nullptr outside a task
+Task* current_task() noexcept;                         // nullptr outside a task
 void park(void (*commit)(void*), void* arg) noexcept;  // from a task only
-void ready(Task* t) noexcept;                           // from any thread
+void ready(Task* t) noexcept;                          // from any thread
 
 }  // namespace corun::sched

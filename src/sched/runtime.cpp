@@ -92,6 +92,9 @@ Runtime* boot(const Config& cfg, const os::Settings& s) {
   req.numa = s.numa;
   rt->plan = os::plan_topology(req);
   rt->nprocs = static_cast<int>(rt->plan.procs.size());
+  if (s.debug_stealorder)
+    std::fprintf(stderr, "corun: %s\ncorun: %s\n", os::describe(s).c_str(),
+                 rt->plan.describe().c_str());
   rt->stack_bytes = (s.stack_kb ? s.stack_kb : kDefaultStackKb) * 1024;
   arch::calibrate();
   rt->backoff = make_backoff(s.runnext_backoff);
@@ -183,7 +186,9 @@ void shutdown(Runtime* rt) {
 
 }  // namespace
 
-Runtime* current_runtime() noexcept { return g_runtime.load(std::memory_order_acquire); }
+Runtime* current_runtime() noexcept {
+  return g_runtime.load(std::memory_order_acquire);
+}
 
 M* new_m(Runtime* rt, P* p, bool spinning) {
   M* m = new M();
@@ -209,7 +214,9 @@ namespace corun {
 
 using namespace corun::sched;
 
-int run(std::function<void()> main_task) { return run(Config{}, std::move(main_task)); }
+int run(std::function<void()> main_task) {
+  return run(Config{}, std::move(main_task));
+}
 
 int run(const Config& cfg, std::function<void()> main_task) {
   if (cfg.procs < 0 || cfg.procs > 4096)
@@ -228,8 +235,8 @@ int run(const Config& cfg, std::function<void()> main_task) {
   g_runtime.store(rt, std::memory_order_release);
 
   MainClosure mc{rt, &main_task};
-  Task* t = task_alloc(rt, nullptr, sizeof(MainClosure), alignof(MainClosure), main_invoke,
-                       main_destroy);
+  Task* t =
+      task_alloc(rt, nullptr, sizeof(MainClosure), alignof(MainClosure), main_invoke, main_destroy);
   ::new (t->closure) MainClosure(mc);
   t->state.store(TaskState::runnable, std::memory_order_relaxed);
   rt->runq.push(t);

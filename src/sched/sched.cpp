@@ -14,6 +14,7 @@
 
 #include "os/thread.hpp"
 #include "sched/eh_state.hpp"
+#include "sched/fence.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -89,6 +90,9 @@ void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept {
 void inject_global(Runtime* rt, Task* t) noexcept {
   t->state.store(TaskState::runnable, std::memory_order_relaxed);
   rt->runq.push(t);
+  // Full fence: pairs with find_runnable's after an M idles its P. Work in the global
+  // queue belongs to no running P, so without it every M could sleep on it.
+  full_fence();
   wakep(rt);
 }
 
@@ -104,14 +108,13 @@ void ready(Task* t) noexcept {
 }
 
 void wakep(Runtime* rt) noexcept {
-  // seq_cst fence: our queue push (before this call) and the loads below are ordered
-  // against an M that stops spinning and re-checks the queues (sched.hpp).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // No fence here (Go has none either): after a push to our own P's queue a stale read
+  // may skip a wake-up, costing parallelism, never the task, which our own P runs next.
+  // Pushes to the global queue fence first (inject_global).
   if (rt->npidle.load(std::memory_order_relaxed) == 0) return;
   if (rt->nmspinning.load(std::memory_order_relaxed) != 0) return;
   int expected = 0;
-  if (!rt->nmspinning.compare_exchange_strong(expected, 1, std::memory_order_seq_cst))
-    return;
+  if (!rt->nmspinning.compare_exchange_strong(expected, 1, std::memory_order_seq_cst)) return;
   startm(rt, nullptr, true);
 }
 
@@ -149,7 +152,8 @@ void handoffp(Runtime* rt, P* p) {
     return;
   }
   int expected = 0;
-  if (rt->nmspinning.load(std::memory_order_relaxed) + rt->npidle.load(std::memory_order_relaxed) == 0 &&
+  if (rt->nmspinning.load(std::memory_order_relaxed) + rt->npidle.load(std::memory_order_relaxed) ==
+          0 &&
       rt->nmspinning.compare_exchange_strong(expected, 1, std::memory_order_seq_cst)) {
     startm(rt, p, true);
     return;
@@ -159,7 +163,7 @@ void handoffp(Runtime* rt, P* p) {
     pidleput(rt, p);
   }
   // Work may have arrived between the check and pidleput.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  full_fence();
   if (!rt->runq.empty_hint()) wakep(rt);
 }
 
@@ -246,7 +250,12 @@ Task* find_runnable(M* m) {
       continue;
     }
     Task* t = nullptr;
-    if (p->schedtick % 61 == 0 && (t = globrunqget(rt, p, 1))) return t;
+    // Every 61st schedule, the global queue first (Go's fairness rule; a countdown, not a
+    // division, on this path).
+    if (--p->global_countdown == 0) {
+      p->global_countdown = 61;
+      if ((t = globrunqget(rt, p, 1))) return t;
+    }
     if ((t = LocalEnd(p->runq).pop())) return t;
     if ((t = globrunqget(rt, p, 0))) return t;
 
@@ -270,9 +279,9 @@ Task* find_runnable(M* m) {
       m->spinning = false;
       rt->nmspinning.fetch_sub(1, std::memory_order_seq_cst);
     }
-    // seq_cst fence: pairs with wakep()'s; after it we see any work pushed before a
-    // producer looked at npidle/nmspinning and decided not to wake anyone.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // Full fence: pairs with inject_global's; after it we see any work pushed to the
+    // global queue before its producer looked at npidle/nmspinning.
+    full_fence();
     bool work = was_spinning ? any_work(rt) : !rt->runq.empty_hint();
     if (work) {
       P* np = nullptr;
@@ -318,8 +327,10 @@ void handle_action(M* m, Task* t) {
       inject_global(rt, t);
       break;
     case Action::none:
-      std::fprintf(stderr, "corun: internal error: task %llu switched to the scheduler "
-                   "without saying why\n", static_cast<unsigned long long>(t->id));
+      std::fprintf(stderr,
+                   "corun: internal error: task %llu switched to the scheduler "
+                   "without saying why\n",
+                   static_cast<unsigned long long>(t->id));
       std::abort();
   }
 }
@@ -346,6 +357,7 @@ void mstart(M* m) {
   os::set_timer_slack_ns(rt->settings.timerslack_ns);
   os::thread_altstack_setup();
   arch::san_init_thread(m->g0san);
+  m->eh_globals = EhState::thread_record();
   if (m->nextp) {
     P* p = m->nextp;
     m->nextp = nullptr;

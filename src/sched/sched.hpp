@@ -27,12 +27,12 @@
 // shows sched.lock contention at 128 Ps.
 #pragma once
 
+#include <pthread.h>
 #include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <pthread.h>
 #include <vector>
 
 #include "arch/context.hpp"
@@ -60,9 +60,9 @@ enum class PStatus : std::uint32_t { idle, running, syscall };
 struct alignas(64) P {
   // Immutable after boot.
   int id = 0;
-  int os_cpu = -1;     // CPU to pin to, -1 for none
-  int numa_node = -1;  // for placement
-  std::vector<int> victims;  // other P ids, nearest first
+  int os_cpu = -1;                       // CPU to pin to, -1 for none
+  int numa_node = -1;                    // for placement
+  std::vector<int> victims;              // other P ids, nearest first
   os::StackAllocator* stacks = nullptr;  // this P's NUMA node's allocator
 
   // Written by the holder on transitions, CASed by sysmon (syscall -> idle);
@@ -73,11 +73,12 @@ struct alignas(64) P {
 
   // Owner-only (the M holding the P).
   M* m = nullptr;
-  std::uint32_t schedtick = 0;   // schedules done; every 61st checks the global queue
-  Task* free_tasks = nullptr;    // dead tasks with their stacks, LIFO (warm caches)
+  std::uint32_t schedtick = 0;          // schedules done (for traces)
+  std::uint32_t global_countdown = 61;  // at 0, take from the global queue first
+  Task* free_tasks = nullptr;           // dead tasks with their stacks, LIFO (warm caches)
   std::uint32_t nfree = 0;
   std::uint64_t next_id = 0, end_id = 0;  // task-id cache, refilled in batches
-  std::uint64_t rng = 0;         // for victim tie-breaking
+  std::uint64_t rng = 0;                  // for victim tie-breaking
 
   // Incremented by the owner at each blocking() entry; read by sysmon to tell a long
   // blocking call from a new one (relaxed: a stale read only delays a retake one tick).
@@ -86,7 +87,7 @@ struct alignas(64) P {
   std::uint64_t sysmon_when = 0;  // sysmon only
 
   // Statistics for schedtrace, written by the owner (relaxed: counters, no ordering).
-  std::atomic<std::uint64_t> stat_steals{0};    // tasks this P stole
+  std::atomic<std::uint64_t> stat_steals{0};  // tasks this P stole
   std::atomic<std::uint64_t> stat_spawned{0};
 
   P* link = nullptr;  // idle list, guarded by Runtime::lock
@@ -99,28 +100,29 @@ struct M {
   int id = 0;
   Runtime* rt = nullptr;
   pthread_t thread{};
-  arch::Context g0;     // scheduler context on the thread's own stack
+  arch::Context g0;  // scheduler context on the thread's own stack
   arch::SanFiber g0san;
-  Note park;            // idle Ms sleep here
+  void* eh_globals = nullptr;  // this thread's C++ exception record (eh_state.hpp)
+  Note park;                   // idle Ms sleep here
 
   // Owned by this M's thread, except nextp/spinning which the waker writes before
   // park.wakeup() (release) and this thread reads after park.sleep() (acquire).
   Task* curg = nullptr;
   P* p = nullptr;
   P* nextp = nullptr;
-  P* oldp = nullptr;    // the P it held when it entered blocking()
+  P* oldp = nullptr;  // the P it held when it entered blocking()
   bool spinning = false;
   int pinned_cpu = -2;  // -2 never pinned; -1 unpinned
 
-  Action action = Action::none;          // set by the task right before switching to g0
-  void (*commit)(void*) = nullptr;       // Action::park: run on g0 after the switch
+  Action action = Action::none;     // set by the task right before switching to g0
+  void (*commit)(void*) = nullptr;  // Action::park: run on g0 after the switch
   void* commit_arg = nullptr;
 
   // In blocking(): written by this M (seq_cst), read by shutdown to decide whom to detach.
   std::atomic<bool> in_blocking{false};
-  bool exited = false;   // set by the thread when it leaves its loop (under rt->lock)
-  bool detached = false; // left in a blocking call at shutdown (under rt->lock)
-  M* link = nullptr;     // idle list, guarded by Runtime::lock
+  bool exited = false;    // set by the thread when it leaves its loop (under rt->lock)
+  bool detached = false;  // left in a blocking call at shutdown (under rt->lock)
+  M* link = nullptr;      // idle list, guarded by Runtime::lock
 };
 
 struct Runtime {
@@ -131,11 +133,11 @@ struct Runtime {
   std::vector<P*> ps;
   std::vector<std::unique_ptr<os::StackAllocator>> stacks;  // one per NUMA node in use
 
-  std::mutex lock;            // sched.lock (lock_order.hpp #2)
-  P* pidle = nullptr;         // guarded by lock
-  M* midle = nullptr;         // guarded by lock
-  std::vector<M*> allm;       // guarded by lock
-  int nmsys = 0;              // Ms inside blocking(), guarded by lock
+  std::mutex lock;       // sched.lock (lock_order.hpp #2)
+  P* pidle = nullptr;    // guarded by lock
+  M* midle = nullptr;    // guarded by lock
+  std::vector<M*> allm;  // guarded by lock
+  int nmsys = 0;         // Ms inside blocking(), guarded by lock
 
   // Updated under lock, read lock-free (seq_cst: see the spinning invariant above).
   std::atomic<int> npidle{0};
@@ -144,8 +146,8 @@ struct Runtime {
   GlobalQueue runq;
   std::atomic<std::uint64_t> id_gen{1};  // relaxed: uniqueness only
 
-  std::atomic<bool> stopping{false};  // set once at shutdown; acquire/release
-  std::atomic<int> refs{1};           // run() + detached Ms; the last one deletes
+  std::atomic<bool> stopping{false};       // set once at shutdown; acquire/release
+  std::atomic<int> refs{1};                // run() + detached Ms; the last one deletes
   std::atomic<std::uint32_t> exit_seq{0};  // bumped when an M exits or blocks at shutdown
 
   // sysmon
@@ -172,28 +174,28 @@ void set_current_m(M* m) noexcept;
 Runtime* current_runtime() noexcept;  // the running runtime, or nullptr
 
 // ---- scheduler operations (sched.cpp) ----------------------------------------------
-void mstart(M* m);                       // thread body of every M
+void mstart(M* m);  // thread body of every M
 M* new_m(Runtime* rt, P* p, bool spinning);
-void wakep(Runtime* rt) noexcept;        // start a spinning M if useful
+void wakep(Runtime* rt) noexcept;  // start a spinning M if useful
 void startm(Runtime* rt, P* p, bool spinning);
-void handoffp(Runtime* rt, P* p);        // find an M for p, or idle it
-P* pidleget(Runtime* rt) noexcept;       // under rt->lock
+void handoffp(Runtime* rt, P* p);           // find an M for p, or idle it
+P* pidleget(Runtime* rt) noexcept;          // under rt->lock
 void pidleput(Runtime* rt, P* p) noexcept;  // under rt->lock
 void acquirep(M* m, P* p) noexcept;
 void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept;  // owner of p only
-void ready(Task* t) noexcept;           // make a waiting task runnable (any thread)
+void ready(Task* t) noexcept;                       // make a waiting task runnable (any thread)
 void inject_global(Runtime* rt, Task* t) noexcept;  // from a thread without a P
 
 // ---- tasks (task.cpp) ----------------------------------------------------------------
 Task* task_alloc(Runtime* rt, P* p, std::size_t closure_size, std::size_t closure_align,
-                 TaskFn invoke, TaskFn destroy);  // p may be nullptr (foreign thread)
-void task_free(Runtime* rt, P* p, Task* t) noexcept;  // dead task back to a cache
-void switch_to_task(M* m, Task* t) noexcept;          // from g0
-void switch_to_g0(Task* t, Action a) noexcept;        // from a task
+                 TaskFn invoke, TaskFn destroy);       // p may be nullptr (foreign thread)
+void task_free(Runtime* rt, P* p, Task* t) noexcept;   // dead task back to a cache
+void switch_to_task(M* m, Task* t) noexcept;           // from g0
+void switch_to_g0(Task* t, Action a) noexcept;         // from a task
 void park(void (*commit)(void*), void* arg) noexcept;  // from a task
 Task* task_from_closure(void* closure) noexcept;
-void task_cache_drain(P* p) noexcept;                  // at shutdown
-Task* current_task() noexcept;                          // nullptr outside a task
+void task_cache_drain(P* p) noexcept;  // at shutdown
+Task* current_task() noexcept;         // nullptr outside a task
 
 std::unique_ptr<RunnextBackoff> make_backoff(const os::Backoff& b);  // backoff.cpp
 

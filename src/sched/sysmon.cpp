@@ -12,6 +12,7 @@
 #include <string>
 
 #include "os/thread.hpp"
+#include "sched/fence.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -49,7 +50,9 @@ int retake(Runtime* rt, std::uint64_t now, bool* watching) {
     // Same call for a whole tick. Leave the P alone only if it has nothing queued and
     // others are idle or spinning to take new work — and not for more than 10 ms.
     if (p->runq.empty_hint() && rt->runq.empty_hint() &&
-        rt->nmspinning.load(std::memory_order_relaxed) + rt->npidle.load(std::memory_order_relaxed) > 0 &&
+        rt->nmspinning.load(std::memory_order_relaxed) +
+                rt->npidle.load(std::memory_order_relaxed) >
+            0 &&
         now - p->sysmon_when < kForceRetakeNs)
       continue;
     PStatus expected = PStatus::syscall;
@@ -122,7 +125,7 @@ void* sysmon_main(void* arg) {
       // Nothing to watch: sleep until a P enters blocking(), the next trace, or shutdown.
       rt->sysmon_note.clear();
       rt->sysmon_idle.store(true, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      full_fence();
       bool any = false;
       for (P* p : rt->ps) any |= p->status.load(std::memory_order_relaxed) == PStatus::syscall;
       if (!any && !rt->stopping.load(std::memory_order_acquire)) {
@@ -168,7 +171,7 @@ void sysmon_stop(Runtime* rt) {
 void sysmon_kick(Runtime* rt) noexcept {
   // seq_cst fence: our P status store (before the call) vs sysmon's idle flag store,
   // store-buffering pattern; one of us sees the other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  full_fence();
   if (rt->sysmon_idle.load(std::memory_order_relaxed)) rt->sysmon_note.wakeup();
 }
 

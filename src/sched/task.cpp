@@ -136,11 +136,11 @@ void switch_to_task(M* m, Task* t) noexcept {
   m->curg = t;
   t->state.store(TaskState::running, std::memory_order_relaxed);
   os::tls_running_stack = {t->stack.lo, static_cast<std::size_t>(t->stack.hi - t->stack.lo), t->id};
-  t->eh.swap_with_thread();
+  t->eh.swap_with(m->eh_globals);
   arch::san_before_switch(m->g0san, t->san, false);
   arch::corun_context_switch(&m->g0, &t->ctx);
   arch::san_after_switch(m->g0san);
-  t->eh.swap_with_thread();
+  t->eh.swap_with(m->eh_globals);
   os::tls_running_stack = {};
   m->curg = nullptr;
   if (!t->stack.guarded) {
@@ -165,7 +165,8 @@ void switch_to_g0(Task* t, Action a) noexcept {
 void park(void (*commit)(void*), void* arg) noexcept {
   M* m = current_m();
   if (!m->p) {
-    std::fprintf(stderr, "corun: task %llu waited on a corun primitive inside blocking(); "
+    std::fprintf(stderr,
+                 "corun: task %llu waited on a corun primitive inside blocking(); "
                  "blocking() is for calls that block the thread, not the task\n",
                  static_cast<unsigned long long>(m->curg->id));
     std::abort();

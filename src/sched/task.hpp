@@ -32,16 +32,16 @@ enum class TaskState : std::uint32_t { idle, runnable, running, waiting, dead };
 using TaskFn = void (*)(void*);
 
 struct alignas(64) Task {
-  arch::Context ctx;     // saved registers while not running; owned by the owning M
-  arch::SanFiber san;    // sanitizer fiber state; touched only by the M switching
-  os::Stack stack;       // the stack this record sits on; immutable while alive
-  std::uint64_t id = 0;  // unique per runtime, for messages and traces
-  Task* next = nullptr;  // intrusive link: global queue, P free list (owner of the list)
+  arch::Context ctx;         // saved registers while not running; owned by the owning M
+  arch::SanFiber san;        // sanitizer fiber state; touched only by the M switching
+  os::Stack stack;           // the stack this record sits on; immutable while alive
+  std::uint64_t id = 0;      // unique per runtime, for messages and traces
+  Task* next = nullptr;      // intrusive link: global queue, P free list (owner of the list)
   TaskFn invoke = nullptr;   // runs the closure
   TaskFn destroy = nullptr;  // destroys the closure
   void* closure = nullptr;   // on this stack, below the record
   os::StackAllocator* origin = nullptr;  // where the stack goes back to
-  EhState eh;                // exception-handling state while switched out (eh_state.hpp)
+  EhState eh;  // exception-handling state while switched out (eh_state.hpp)
   std::atomic<TaskState> state{TaskState::idle};  // relaxed: see header comment
 };
 

@@ -24,7 +24,9 @@ void waitlist_lock(WaitList& l) noexcept {
   }
 }
 
-void waitlist_unlock(WaitList& l) noexcept { l.lock.store(0, std::memory_order_release); }
+void waitlist_unlock(WaitList& l) noexcept {
+  l.lock.store(0, std::memory_order_release);
+}
 
 void waitlist_push(WaitList& l, Waiter* w) noexcept {
   w->next = nullptr;
@@ -52,12 +54,30 @@ Waiter* waitlist_take_all(WaitList& l) noexcept {
 }
 
 namespace {
-void unlock_list(void* arg) { waitlist_unlock(*static_cast<WaitList*>(arg)); }
+void unlock_list(void* arg) {
+  waitlist_unlock(*static_cast<WaitList*>(arg));
+}
 }  // namespace
 
+namespace {
+void wait_pushed(WaitList& l, Waiter& w) noexcept;
+}
+
 void wait_locked(WaitList& l, Waiter& w) noexcept {
-  w.task = sched::current_task();
   waitlist_push(l, &w);
+  wait_pushed(l, w);
+}
+
+void wait_locked_front(WaitList& l, Waiter& w) noexcept {
+  w.next = l.head;
+  l.head = &w;
+  if (!l.tail) l.tail = &w;
+  wait_pushed(l, w);
+}
+
+namespace {
+void wait_pushed(WaitList& l, Waiter& w) noexcept {
+  w.task = sched::current_task();
   if (w.task) {
     sched::park(unlock_list, &l);
     return;
@@ -66,6 +86,7 @@ void wait_locked(WaitList& l, Waiter& w) noexcept {
   // acquire: pairs with wake()'s release; we see what the waker did before waking us.
   while (w.woken.load(std::memory_order_acquire) == 0) os::futex_wait(&w.woken, 0);
 }
+}  // namespace
 
 void wake(Waiter* w) noexcept {
   sched::Task* t = w->task;

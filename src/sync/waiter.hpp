@@ -21,9 +21,9 @@ struct Task;
 namespace corun::detail {
 
 struct Waiter {
-  sched::Task* task = nullptr;           // the parked task; nullptr for a foreign thread
-  std::atomic<std::uint32_t> woken{0};   // foreign thread's futex word; release on wake
-  Waiter* next = nullptr;                // guarded by the list's lock
+  sched::Task* task = nullptr;          // the parked task; nullptr for a foreign thread
+  std::atomic<std::uint32_t> woken{0};  // foreign thread's futex word; release on wake
+  Waiter* next = nullptr;               // guarded by the list's lock
 };
 
 void waitlist_lock(WaitList& l) noexcept;
@@ -35,6 +35,9 @@ Waiter* waitlist_take_all(WaitList& l) noexcept;      // lock held; FIFO chain v
 // Enqueues w (for the calling task or thread) and waits until wake(w). Called with the
 // list locked; releases the lock while waiting; returns without it.
 void wait_locked(WaitList& l, Waiter& w) noexcept;
+// As wait_locked, but queues w first (LIFO): a woken waiter that lost the race re-queues
+// at the head (Go's semacquire with lifo = true).
+void wait_locked_front(WaitList& l, Waiter& w) noexcept;
 // Wakes a waiter already removed from its list. Call without the list's lock if possible.
 void wake(Waiter* w) noexcept;
 

@@ -22,7 +22,9 @@ namespace corun {
 
 namespace {
 constexpr std::uint64_t kWaiterMask = 0xffffffffu;
-std::int32_t counter_of(std::uint64_t s) { return static_cast<std::int32_t>(s >> 32); }
+std::int32_t counter_of(std::uint64_t s) {
+  return static_cast<std::int32_t>(s >> 32);
+}
 std::uint64_t pack(std::int64_t counter, std::uint32_t waiters) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(counter)) << 32) | waiters;
 }

@@ -160,8 +160,8 @@ void many_stacks(std::size_t n, long budget) {
     CHECK(tops_ok);
     CHECK(canaries_ok);
     for (const Stack& s : v) a.release(s);
-    CHECK(a.hot() == n);  // release never makes syscalls; trim() returns memory
-    CHECK(a.trim() == 0);  // the hot list was empty (carving) during this period
+    CHECK(a.hot() == n);                // release never makes syscalls; trim() returns memory
+    CHECK(a.trim() == 0);               // the hot list was empty (carving) during this period
     CHECK(a.trim() == n - o.keep_hot);  // unused for a whole period now
     CHECK(a.hot() + a.cold() == n);
     CHECK(a.cold() == n - o.keep_hot);

@@ -37,14 +37,16 @@ TEST_SUITE("sched.runq") {
     std::vector<Task> tasks(RunQueue::kSize + 1);
     LocalEnd local(*q);
     Task* of = nullptr;
-    for (std::uint32_t i = 0; i < RunQueue::kSize; i++) REQUIRE(local.push_back(&tasks[i], &of) == 0);
+    for (std::uint32_t i = 0; i < RunQueue::kSize; i++)
+      REQUIRE(local.push_back(&tasks[i], &of) == 0);
     std::uint32_t n = local.push_back(&tasks[RunQueue::kSize], &of);
     REQUIRE(n == RunQueue::kSize / 2 + 1);
     Task* t = of;
     for (std::uint32_t i = 0; i < RunQueue::kSize / 2; i++, t = t->next) CHECK(t == &tasks[i]);
     CHECK(t == &tasks[RunQueue::kSize]);
     CHECK(t->next == nullptr);
-    for (std::uint32_t i = RunQueue::kSize / 2; i < RunQueue::kSize; i++) CHECK(local.pop() == &tasks[i]);
+    for (std::uint32_t i = RunQueue::kSize / 2; i < RunQueue::kSize; i++)
+      CHECK(local.pop() == &tasks[i]);
   }
 
   TEST_CASE("a steal takes half (rounded up), runnext only when asked") {

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -107,6 +108,36 @@ TEST_SUITE("sync") {
       foreign.join();
       CHECK(counter == 5L * kIters);
     });
+  }
+
+  TEST_CASE("Mutex: a waiter is not starved by a task re-locking in a loop") {
+    // Go's TestMutexFairness: a hog holds the mutex across a switch, again and again; a
+    // barging hog would win every race, so only starvation mode lets the other task in.
+    bool finished = false;
+    t::run([&] {
+      corun::Mutex mu;
+      std::atomic<bool> stop{false};
+      corun::WaitGroup wg;
+      wg.add(1);
+      corun::go([&] {
+        while (!stop.load()) {
+          mu.lock();
+          corun::yield();  // hold it across a switch
+          mu.unlock();
+        }
+        wg.done();
+      });
+      corun::yield();  // let the hog start
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 10; i++) {
+        mu.lock();
+        mu.unlock();
+      }
+      finished = t::seconds_since(t0) < 20;  // a hang bound, not a timing assert
+      stop = true;
+      wg.wait();
+    });
+    CHECK(finished);
   }
 
   TEST_CASE("Mutex: ownership is handed to the longest waiter (FIFO)") {

@@ -1,0 +1,3 @@
+module corunbench
+
+go 1.19
