@@ -33,6 +33,23 @@ inline constexpr int kScale = 1;
 inline constexpr int kScale = 1;
 #endif
 
+// ThreadSanitizer counts every live task (a TSan fiber) against its limit of 8128
+// threads; tests cap how many tasks are alive at once with live_cap().
+#if defined(__SANITIZE_THREAD__)
+inline constexpr int kMaxLive = 4000;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr int kMaxLive = 4000;
+#else
+inline constexpr int kMaxLive = 1 << 30;
+#endif
+#else
+inline constexpr int kMaxLive = 1 << 30;
+#endif
+inline int live_cap(int n) {
+  return n < kMaxLive ? n : kMaxLive;
+}
+
 // Runs fn as the main task of a runtime with procs() Ps (or n if given).
 inline void run(std::function<void()> fn, int n = 0) {
   corun::Config cfg;

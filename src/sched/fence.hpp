@@ -20,9 +20,13 @@ namespace corun::sched {
 
 #if CORUN_TSAN
 inline std::atomic<unsigned> g_tsan_fence_word{0};
-inline void full_fence() noexcept { g_tsan_fence_word.fetch_add(0, std::memory_order_seq_cst); }
+inline void full_fence() noexcept {
+  g_tsan_fence_word.fetch_add(0, std::memory_order_seq_cst);
+}
 #else
-inline void full_fence() noexcept { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void full_fence() noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
 #endif
 
 }  // namespace corun::sched

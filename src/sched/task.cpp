@@ -68,6 +68,11 @@ Task* task_alloc(Runtime* rt, P* p, std::size_t size, std::size_t align, TaskFn 
     t = p->free_tasks;
     p->free_tasks = t->next;
     p->nfree--;
+#if CORUN_TSAN || CORUN_ASAN
+    // TSan: a fresh fiber (it counts live fibers against its thread limit, so cached
+    // tasks hold none). ASan: clear the shadow left by frames that never returned.
+    arch::san_init_task(t->san, t->stack.lo, static_cast<std::size_t>(t->stack.hi - t->stack.lo));
+#endif
   } else {
     os::StackAllocator* alloc = p ? p->stacks : rt->stacks.front().get();
     t = init_record(alloc, alloc->allocate());
@@ -95,6 +100,9 @@ Task* task_from_closure(void* closure) noexcept {
 }
 
 void task_free(Runtime* rt, P* p, Task* t) noexcept {
+#if CORUN_TSAN
+  arch::san_destroy_task(t->san);  // see task_alloc; a second destroy is a no-op
+#endif
   if (p && p->nfree < kMaxFree) {
     t->next = p->free_tasks;
     p->free_tasks = t;

@@ -126,7 +126,7 @@ TEST_SUITE("sched") {
   }
 
   TEST_CASE("spawned tasks all run; closures are destroyed once") {
-    const int kTasks = 10000;
+    const int kTasks = t::live_cap(10000);
     std::atomic<int> ran{0};
     auto token = std::make_shared<int>(7);
     t::run([&] {
@@ -270,7 +270,7 @@ TEST_SUITE("sched") {
   }
 
   TEST_CASE("one million tasks spawned and joined") {
-    const int kTasks = 1000000 / t::kScale;
+    const int kTasks = t::live_cap(1000000 / t::kScale);
     std::atomic<int> ran{0};
     t::run([&] {
       corun::WaitGroup wg;
@@ -293,7 +293,7 @@ TEST_SUITE("sched") {
       MESSAGE("runs at CORUNTEST_PROCS=2 only");
       return;
     }
-    const int kTasks = 1000000 / t::kScale;
+    const int kTasks = t::live_cap(1000000 / t::kScale);
     std::atomic<int> woke{0};
     t::run([&] {
       corun::WaitGroup gate, parked, done;
