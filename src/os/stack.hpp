@@ -14,10 +14,10 @@
 // Why: one million parked tasks must fit under the default vm.max_map_count (65530). One
 // mmap per stack is one map entry each; every PROT_NONE guard inside a slab splits it into
 // up to 2 more entries. So guards are budgeted and, beyond the budget, stacks are protected
-// by a canary only: write_canary() puts a 16-byte, address-dependent pattern at [lo, lo+16)
-// and the scheduler checks canary_intact() at every switch. A guard catches an overflow at
-// the faulting instruction; a canary catches it late (at the next switch) and only if the
-// overflow hit those 16 bytes, which is why guards are used while they are affordable.
+// by a canary only: 16 zero bytes at [lo, lo+16), which the scheduler checks with
+// canary_intact() (see sched/task.cpp for when). A guard catches an overflow at the
+// faulting instruction; a canary catches it late and only if the overflow hit those 16
+// bytes, which is why guards are used while they are affordable.
 //
 // Invariants:
 //  - Every slot is page-aligned; stack_bytes() is a multiple of the page size; hi-lo ==
@@ -58,11 +58,11 @@
 //  - Transparent huge pages on slabs: touching one stack's top page would fault in a
 //    2 MiB page spanning ~30 stacks; slabs are MADV_NOHUGEPAGE.
 //
-// Cost to know: checking the canary reads the lowest page of each stack once; that maps
-// the shared zero page (a minor fault, no memory), so a task that touches only the top of
-// its stack has one resident page. Weakness of a zero canary: an overflow that writes
-// zeros over those 16 bytes goes unnoticed (the scheduler also checks the saved stack
-// pointer at every switch).
+// Cost to know: reading the canary faults in the lowest page of the stack. Most kernels
+// map the shared zero page for that (no memory); some (this project's VM) allocate a
+// page, so the scheduler reads it only at exit or when the task is deep in its stack.
+// Weakness of a zero canary: an overflow that writes zeros over those 16 bytes goes
+// unnoticed (the scheduler also checks the saved stack pointer at every switch).
 //
 // Thread safety: StackAllocator is thread-safe: one std::mutex (mu_) guards all of its
 // mutable state; the scheduler keeps a per-P cache in front, so this is the slow path.

@@ -4,7 +4,9 @@
 // not exist; adding one means adding it here first.
 //
 //   1. sync WaitList::lock        (per WaitGroup/Mutex spin lock; held for a few
-//                                  instructions; may call ready(), which takes 2 or 3)
+//                                  instructions; released before any wake-up, and by
+//                                  the scheduler's park commit once the task is off
+//                                  its stack)
 //   2. Runtime::lock              (sched.lock: idle P list, idle M list, all Ms)
 //   3. GlobalQueue::mu            (the global run queue)
 //   4. StackAllocator's mutex     (os/stack.cpp; slow path of task creation)

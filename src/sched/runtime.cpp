@@ -25,6 +25,7 @@
 #include "os/futex.hpp"
 #include "os/numa.hpp"
 #include "os/thread.hpp"
+#include "sched/probes.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -286,6 +287,7 @@ void* spawn_begin(std::size_t size, std::size_t align, TaskFn invoke, TaskFn des
 void spawn_commit(void* closure) noexcept {
   Task* t = task_from_closure(closure);
   M* m = current_m();
+  CORUN_PROBE2(spawn, t->id, (m && m->p) ? m->p->id : -1);
   if (m && m->p) {
     P* p = m->p;
     p->stat_spawned.store(p->stat_spawned.load(std::memory_order_relaxed) + 1,

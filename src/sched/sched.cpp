@@ -15,6 +15,7 @@
 #include "os/thread.hpp"
 #include "sched/eh_state.hpp"
 #include "sched/fence.hpp"
+#include "sched/probes.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -98,6 +99,7 @@ void inject_global(Runtime* rt, Task* t) noexcept {
 
 void ready(Task* t) noexcept {
   M* m = current_m();
+  CORUN_PROBE2(ready, t->id, (m && m->p) ? m->p->id : -1);
   if (m && m->p) {
     runqput(m->rt, m->p, t, true);
     wakep(m->rt);
@@ -207,6 +209,7 @@ Task* steal_work(Runtime* rt, P* p) noexcept {
       std::uint32_t tail = p->runq.tail.load(std::memory_order_relaxed);
       Task* t = p->runq.slots[(tail + n - 1) % RunQueue::kSize].load(std::memory_order_relaxed);
       if (n > 1) local.publish(n - 1);
+      CORUN_PROBE3(steal, p->id, vp->id, n);
       p->stat_steals.store(p->stat_steals.load(std::memory_order_relaxed) + n,
                            std::memory_order_relaxed);
       return t;
@@ -298,6 +301,7 @@ Task* find_runnable(M* m) {
         continue;
       }
     }
+    CORUN_PROBE1(spinning_idle, p->id);
     stopm(m);
   }
 }
@@ -312,6 +316,7 @@ void handle_action(M* m, Task* t) {
       void (*commit)(void*) = m->commit;
       void* arg = m->commit_arg;
       m->commit = nullptr;
+      CORUN_PROBE2(park, t->id, m->p ? m->p->id : -1);
       commit(arg);  // after this, another thread may ready and run t
       break;
     }

@@ -9,9 +9,12 @@
 // burst of wake-ups costs one futex wake, not one per task.
 //
 // Spinning invariant (Go's "delicate dance"): an M that stops spinning decrements
-// nmspinning and then re-checks every run queue; a producer pushes work and then checks
-// nmspinning/npidle. Both sides put a seq_cst fence between their store and their load,
-// so at least one of them sees the other: work is never stranded with every M asleep.
+// nmspinning, fences, and re-checks every run queue; a producer pushes work and then
+// checks nmspinning/npidle. Work pushed to a running P's own queue cannot be stranded
+// (that P runs it next), so that producer does not fence: a stale read costs at most a
+// missed wake-up, i.e. parallelism (Go makes the same trade). Work pushed to the global
+// queue belongs to no P: that producer fences (full_fence, fence.hpp), pairing with the
+// idling M's fence, so one of them sees the other and work never sleeps with every M.
 //
 // Each task switch goes through the M's scheduler context (g0, the thread's own stack):
 // a task that parks switches to g0, and g0 — now off the task's stack — publishes the

@@ -414,6 +414,51 @@ CORUN_TEST_CHILD(overflow) {
   return 0;
 }
 
+// Overflows by about 2 KiB below the stack's end and returns (no fault: the page below
+// an unguarded stack is mapped).
+__attribute__((noinline)) int dig(int depth, int max) {
+  volatile char pad[512];
+  for (auto& c : pad) c = static_cast<char>(0xA5);
+  if (depth < max) return dig(depth + 1, max) + pad[7];
+  return pad[3];
+}
+
+// Uses up the guard-page budget with parked tasks, then overflows an unguarded stack.
+CORUN_TEST_CHILD(overflow_unguarded) {
+  corun::Config cfg;
+  cfg.procs = 1;
+  corun::run(cfg, [] {
+    corun::WaitGroup gate, parked, wg;
+    const int n = 20000;  // > the ~16000 guards that fit in half of vm.max_map_count
+    gate.add(1);
+    parked.add(n);
+    for (int i = 0; i < n; i++)
+      corun::go([&] {
+        parked.done();
+        gate.wait();
+      });
+    parked.wait();
+    wg.add(1);
+    corun::go([&] {
+      dig(0, (16 * 1024 + 2048) / 512);  // CORUN_STACK_KB=16
+      wg.done();
+    });
+    wg.wait();
+  });
+  return 0;
+}
+
+// Runs ~60 ms so that schedtrace=10 prints a few lines.
+CORUN_TEST_CHILD(trace) {
+  corun::Config cfg;
+  cfg.procs = 2;
+  corun::run(cfg, [] {
+    auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(60)) corun::yield();
+  });
+  return 0;
+}
+
 CORUN_TEST_CHILD(escape) {
   corun::Config cfg;
   cfg.procs = 1;
@@ -427,6 +472,15 @@ CORUN_TEST_CHILD(escape) {
 }
 
 TEST_SUITE("sched.death") {
+  TEST_CASE("CORUN_DEBUG: schedtrace prints per-P lines, stealorder prints the plan") {
+    auto r = t::child_run("trace", {"CORUN_DEBUG=schedtrace=10,stealorder=1"});
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 0);
+    CHECK(r.output.find("corun: SCHED ") != std::string::npos);
+    CHECK(r.output.find("procs=2 idleprocs=") != std::string::npos);
+    CHECK(r.output.find("victims") != std::string::npos);
+  }
+
   TEST_CASE("an exception escaping a task prints its id and what() and aborts") {
     auto r = t::child_run("escape");
     CHECK(r.signaled(SIGABRT));
@@ -439,6 +493,13 @@ TEST_SUITE("sched.death") {
     auto r = t::child_run("overflow", {"CORUN_STACK_KB=64"});
     CHECK(WIFSIGNALED(r.status));
     CHECK(r.output.find("overflowed its stack") != std::string::npos);
+  }
+
+  TEST_CASE("beyond the guard budget, the canary names an overflowing task") {
+    auto r = t::child_run("overflow_unguarded", {"CORUN_STACK_KB=16"});
+    CHECK(r.signaled(SIGABRT));
+    CHECK(r.output.find("overflowed its stack") != std::string::npos);
+    CHECK(r.output.find("canary") != std::string::npos);
   }
 #endif
 }

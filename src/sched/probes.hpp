@@ -1,0 +1,26 @@
+// sched/probes.hpp — USDT probes (sys/sdt.h): static tracepoints for perf and bpftrace.
+//
+// Each probe is one nop in the code and a note in the ELF (.note.stapsdt); it costs
+// nothing until a tracer enables it. Provider "corun":
+//   spawn(task_id, p)            a task was created on P p (-1: a thread without a P)
+//   park(task_id, p)             a task parked (fired once it is off its stack)
+//   ready(task_id, p)            a parked task was made runnable by P p (-1: no P)
+//   steal(thief_p, victim_p, n)  P thief took n tasks from P victim
+//   spinning_idle(p)             an M found nothing, gave P p back, and goes to sleep
+// Use: perf buildid-cache --add ./app; perf list 'sdt_corun:*';
+//      perf probe sdt_corun:steal; perf record -e sdt_corun:steal -a -- ./app
+// Later layers add timer fire and pool batch moves with the same provider.
+// Rejected: LTTng-UST or our own ring buffer — USDT needs no runtime library, no
+// registration, and perf/bpftrace already read it.
+#pragma once
+
+#if __has_include(<sys/sdt.h>)
+#include <sys/sdt.h>
+#define CORUN_PROBE1(name, a) DTRACE_PROBE1(corun, name, a)
+#define CORUN_PROBE2(name, a, b) DTRACE_PROBE2(corun, name, a, b)
+#define CORUN_PROBE3(name, a, b, c) DTRACE_PROBE3(corun, name, a, b, c)
+#else
+#define CORUN_PROBE1(name, a) ((void)0)
+#define CORUN_PROBE2(name, a, b) ((void)0)
+#define CORUN_PROBE3(name, a, b, c) ((void)0)
+#endif
