@@ -20,7 +20,9 @@ namespace corun::sched {
 
 namespace {
 
-constexpr std::uint32_t kMaxFree = 256;
+// TSan counts every fiber (one per task record, kept while cached: creating one costs
+// milliseconds under TSan) against its limit of 8128 threads, so TSan builds cache fewer.
+constexpr std::uint32_t kMaxFree = CORUN_TSAN ? 32 : 256;
 constexpr std::uint64_t kIdBatch = 1024;
 
 [[noreturn]] void task_entry(void* arg) noexcept;
@@ -68,9 +70,8 @@ Task* task_alloc(Runtime* rt, P* p, std::size_t size, std::size_t align, TaskFn 
     t = p->free_tasks;
     p->free_tasks = t->next;
     p->nfree--;
-#if CORUN_TSAN || CORUN_ASAN
-    // TSan: a fresh fiber (it counts live fibers against its thread limit, so cached
-    // tasks hold none). ASan: clear the shadow left by frames that never returned.
+#if CORUN_ASAN
+    // Clear the shadow left by frames that never returned (the task's entry frame).
     arch::san_init_task(t->san, t->stack.lo, static_cast<std::size_t>(t->stack.hi - t->stack.lo));
 #endif
   } else {
@@ -100,9 +101,6 @@ Task* task_from_closure(void* closure) noexcept {
 }
 
 void task_free(Runtime* rt, P* p, Task* t) noexcept {
-#if CORUN_TSAN
-  arch::san_destroy_task(t->san);  // see task_alloc; a second destroy is a no-op
-#endif
   if (p && p->nfree < kMaxFree) {
     t->next = p->free_tasks;
     p->free_tasks = t;

@@ -318,10 +318,11 @@ TEST_SUITE("sched") {
     std::set<int> ids;
     corun::Mutex mu;
     std::atomic<int> ran{0};
+    const int kTasks = t::live_cap(2000);
     t::run(
         [&] {
           corun::WaitGroup wg;
-          for (int i = 0; i < 2000; i++) {
+          for (int i = 0; i < kTasks; i++) {
             wg.add(1);
             corun::go([&] {
               for (int k = 0; k < 10; k++) corun::yield();
@@ -335,7 +336,7 @@ TEST_SUITE("sched") {
           wg.wait();
         },
         16);
-    CHECK(ran.load() == 2000);
+    CHECK(ran.load() == kTasks);
     CHECK(ids.size() > 1);  // work spread beyond one P
     for (int id : ids) CHECK((id >= 0 && id < 16));
   }
