@@ -5,7 +5,8 @@
 #   NO_JEMALLOC=1: P memory from aligned_alloc, no -ljemalloc (keeps glibc's malloc).
 # Release objects live in build/, the other builds in build/<mode|san>/.
 # Sanitizer builds leave jemalloc out (CORUN_NO_JEMALLOC) so the sanitizers see every
-# allocation, and use bigger task stacks (instrumented frames are larger).
+# allocation, and use bigger task stacks (instrumented frames are larger). The ASan build
+# also turns on the debug-only invariant walks (CORUN_DEBUG_CHECKS, src/sched/check.hpp).
 
 MODE ?= release
 SAN ?=
@@ -15,7 +16,8 @@ TEST_PROCS ?= 1 2 4
 
 ifeq ($(SAN),address)
   B := build/asan
-  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -DCORUN_NO_JEMALLOC
+  SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -DCORUN_NO_JEMALLOC \
+    -DCORUN_DEBUG_CHECKS=1
 else ifeq ($(SAN),thread)
   B := build/tsan
   SANFLAGS := -fsanitize=thread -DCORUN_NO_JEMALLOC

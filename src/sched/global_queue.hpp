@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "sched/check.hpp"
 #include "sched/task.hpp"
 
 namespace corun::sched {
@@ -44,6 +45,11 @@ class GlobalQueue {
     if (empty_hint()) return nullptr;
     std::lock_guard<std::mutex> g(mu_);
     std::uint32_t size = size_.load(std::memory_order_relaxed);
+#if CORUN_DEBUG_CHECKS
+    std::uint32_t walked = 0;
+    for (Task* x = head_; x; x = x->next) walked++;
+    CORUN_DCHECK(walked == size, "global queue holds %u tasks, size says %u", walked, size);
+#endif
     if (size == 0) return nullptr;
     std::uint32_t n = size < max ? size : max;
     Task* first = head_;
@@ -59,8 +65,12 @@ class GlobalQueue {
     return first;
   }
 
-  bool empty_hint() const noexcept { return size_.load(std::memory_order_relaxed) == 0; }
-  std::uint32_t size_hint() const noexcept { return size_.load(std::memory_order_relaxed); }
+  bool empty_hint() const noexcept {
+    return size_.load(std::memory_order_relaxed) == 0;
+  }
+  std::uint32_t size_hint() const noexcept {
+    return size_.load(std::memory_order_relaxed);
+  }
 
  private:
   std::mutex mu_;

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "sched/check.hpp"
 #include "sched/task.hpp"
 
 namespace corun::sched {
@@ -113,6 +114,8 @@ class LocalEnd {
   // Appends n tasks already written at slots [tail, tail+n) by a steal; publishes them.
   void publish(std::uint32_t n) noexcept {
     std::uint32_t tl = q_.tail.load(std::memory_order_relaxed);
+    CORUN_DCHECK(tl + n - q_.head.load(std::memory_order_relaxed) <= RunQueue::kSize,
+                 "publishing %u stolen tasks overfills the ring", n);
     q_.tail.store(tl + n, std::memory_order_release);
   }
 

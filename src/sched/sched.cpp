@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "os/thread.hpp"
+#include "sched/check.hpp"
 #include "sched/eh_state.hpp"
 #include "sched/fence.hpp"
 #include "sched/probes.hpp"
@@ -98,6 +99,10 @@ void inject_global(Runtime* rt, Task* t) noexcept {
 }
 
 void ready(Task* t) noexcept {
+  CORUN_CHECK(t->state.load(std::memory_order_relaxed) == TaskState::waiting,
+              "task %llu made ready while not parked (state %u): readied twice?",
+              static_cast<unsigned long long>(t->id),
+              static_cast<unsigned>(t->state.load(std::memory_order_relaxed)));
   M* m = current_m();
   CORUN_PROBE2(ready, t->id, (m && m->p) ? m->p->id : -1);
   if (m && m->p) {
@@ -344,6 +349,10 @@ void schedule_loop(M* m) {
   for (;;) {
     Task* t = find_runnable(m);
     if (!t) return;
+    CORUN_DCHECK(t->state.load(std::memory_order_relaxed) == TaskState::runnable,
+                 "task %llu dequeued in state %u", static_cast<unsigned long long>(t->id),
+                 static_cast<unsigned>(t->state.load(std::memory_order_relaxed)));
+    CORUN_DCHECK(m->p != nullptr, "M%d about to run a task without a P", m->id);
     if (m->spinning) reset_spinning(m);
     if (m->p) m->p->schedtick++;
     switch_to_task(m, t);
