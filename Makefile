@@ -118,11 +118,13 @@ check-all:
 	@$(MAKE) --no-print-directory test SAN=address
 	@$(MAKE) --no-print-directory test SAN=thread
 
+# Tracked and new (untracked, not ignored) sources alike, so a new file is never missed.
+FORMAT_FILES = $$(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.h')
 format:
-	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h')
+	clang-format -i $(FORMAT_FILES)
 
 format-check:
-	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp' '*.h')
+	clang-format --dry-run -Werror $(FORMAT_FILES)
 
 clean:
 	rm -rf build

@@ -12,15 +12,15 @@
 #define CORUN_DEBUG_CHECKS 0
 #endif
 
-#define CORUN_CHECK(cond, ...)                                                  \
-  do {                                                                          \
-    if (__builtin_expect(!(cond), 0)) {                                         \
-      std::fprintf(stderr, "corun: internal check failed (%s) at %s:%d: ", #cond, \
-                   __FILE__, __LINE__);                                         \
-      std::fprintf(stderr, __VA_ARGS__);                                        \
-      std::fputc('\n', stderr);                                                 \
-      std::abort();                                                             \
-    }                                                                           \
+#define CORUN_CHECK(cond, ...)                                                              \
+  do {                                                                                      \
+    if (__builtin_expect(!(cond), 0)) {                                                     \
+      std::fprintf(stderr, "corun: internal check failed (%s) at %s:%d: ", #cond, __FILE__, \
+                   __LINE__);                                                               \
+      std::fprintf(stderr, __VA_ARGS__);                                                    \
+      std::fputc('\n', stderr);                                                             \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)
 
 #if CORUN_DEBUG_CHECKS
