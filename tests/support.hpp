@@ -13,6 +13,8 @@
 
 #include <corun/corun.hpp>
 
+#include "arch/sanitizer.hpp"
+
 namespace corun::test {
 
 inline int procs() {
@@ -21,32 +23,12 @@ inline int procs() {
   return n > 0 ? n : 2;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr int kScale = 10;  // divide stress sizes by this
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr int kScale = 10;
-#else
-inline constexpr int kScale = 1;
-#endif
-#else
-inline constexpr int kScale = 1;
-#endif
+inline constexpr int kScale = (CORUN_ASAN || CORUN_TSAN) ? 10 : 1;  // divide stress sizes
 
 // ThreadSanitizer counts every live task (a TSan fiber) against its limit of 8128
 // threads, and creating one costs milliseconds; tests cap how many tasks are alive at
 // once with live_cap() (1000 still overflows a 256-slot ring into the global queue).
-#if defined(__SANITIZE_THREAD__)
-inline constexpr int kMaxLive = 1000;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr int kMaxLive = 1000;
-#else
-inline constexpr int kMaxLive = 1 << 30;
-#endif
-#else
-inline constexpr int kMaxLive = 1 << 30;
-#endif
+inline constexpr int kMaxLive = CORUN_TSAN ? 1000 : (1 << 30);
 inline int live_cap(int n) {
   return n < kMaxLive ? n : kMaxLive;
 }

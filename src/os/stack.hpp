@@ -78,18 +78,11 @@
 #include <utility>
 #include <vector>
 
+#include "arch/sanitizer.hpp"
+
 // 1 when a sanitizer that owns SIGSEGV handling and the threads' alternate signal stacks
 // (ASan, TSan) is on: install_overflow_handler and thread_altstack_* are then no-ops.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define CORUN_OS_SANITIZER_OWNS_SEGV 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define CORUN_OS_SANITIZER_OWNS_SEGV 1
-#endif
-#endif
-#ifndef CORUN_OS_SANITIZER_OWNS_SEGV
-#define CORUN_OS_SANITIZER_OWNS_SEGV 0
-#endif
+#define CORUN_OS_SANITIZER_OWNS_SEGV (CORUN_ASAN || CORUN_TSAN)
 
 namespace corun::os {
 

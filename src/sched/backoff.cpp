@@ -30,21 +30,17 @@ namespace {
 struct SpinBackoff final : RunnextBackoff {
   std::uint64_t ns;
   explicit SpinBackoff(std::uint64_t n) : ns(n) {}
-  void wait_for(const std::atomic<Task*>&, Task*) const noexcept override {
-    arch::spin_for_ns(ns);  // no polling of the slot: see the file comment
-  }
+  void wait() const noexcept override { arch::spin_for_ns(ns); }  // no polling: see above
 };
 
 struct UsleepBackoff final : RunnextBackoff {
   std::uint64_t us;
   explicit UsleepBackoff(std::uint64_t u) : us(u) {}
-  void wait_for(const std::atomic<Task*>&, Task*) const noexcept override {
-    usleep(static_cast<useconds_t>(us));
-  }
+  void wait() const noexcept override { usleep(static_cast<useconds_t>(us)); }
 };
 
 struct YieldBackoff final : RunnextBackoff {
-  void wait_for(const std::atomic<Task*>&, Task*) const noexcept override { sched_yield(); }
+  void wait() const noexcept override { sched_yield(); }
 };
 
 }  // namespace

@@ -127,7 +127,7 @@ class LocalEnd {
 
 // What a thief does while the victim's runnext looks about to run.
 struct RunnextBackoff {
-  virtual void wait_for(const std::atomic<Task*>& slot, Task* seen) const noexcept = 0;
+  virtual void wait() const noexcept = 0;
   virtual ~RunnextBackoff() = default;
 };
 
@@ -138,7 +138,7 @@ class StealEnd {
 
   // Moves half of the victim's ring into the thief's ring (unpublished slots after its
   // tail) and returns the count. With take_next and an empty ring, takes the victim's
-  // runnext (after backoff.wait_for when victim_running) and returns 1.
+  // runnext (after backoff.wait() when victim_running) and returns 1.
   std::uint32_t steal_into(LocalEnd& thief, bool take_next, bool victim_running,
                            const RunnextBackoff& backoff) noexcept {
     RunQueue& tq = thief.queue();
@@ -155,7 +155,7 @@ class StealEnd {
         if (victim_running) {
           // The victim is about to run `next` itself (it is running and put it there).
           // Stealing it now would bounce the task between Ps; give the victim a moment.
-          backoff.wait_for(v_.runnext, next);
+          backoff.wait();
         }
         if (!v_.runnext.compare_exchange_strong(next, nullptr, std::memory_order_acq_rel,
                                                 std::memory_order_relaxed))

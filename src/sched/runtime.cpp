@@ -32,17 +32,8 @@ namespace corun::sched {
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr std::size_t kDefaultStackKb = 256;  // instrumented frames are several times larger
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr std::size_t kDefaultStackKb = 256;
-#else
-constexpr std::size_t kDefaultStackKb = 64;
-#endif
-#else
-constexpr std::size_t kDefaultStackKb = 64;
-#endif
+// Instrumented frames are several times larger under the sanitizers.
+constexpr std::size_t kDefaultStackKb = (CORUN_ASAN || CORUN_TSAN) ? 256 : 64;
 
 std::atomic<Runtime*> g_runtime{nullptr};  // release on publish, acquire on read
 std::atomic<bool> g_active{false};         // a run() is in progress

@@ -158,6 +158,9 @@ struct Runtime {
   bool sysmon_started = false;
   Note sysmon_note;
   std::atomic<bool> sysmon_idle{false};  // sysmon sleeps without a deadline
+  // Set (relaxed) by a thread whose stack release left an allocator over keep_hot;
+  // cleared by sysmon when it schedules a trim. A hint: sysmon re-checks under the lock.
+  std::atomic<bool> stack_surplus{false};
 
   // main task completion
   std::atomic<std::uint32_t> main_done{0};  // futex word run() sleeps on

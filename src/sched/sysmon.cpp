@@ -104,9 +104,9 @@ void* sysmon_main(void* arg) {
     bool watching = false;
     int retook = retake(rt, now, &watching);
     if (next_trim == 0) {
-      bool surplus = false;
-      for (auto& a : rt->stacks) surplus |= a->has_surplus();
-      if (surplus) next_trim = now + kTrimNs;  // first look: give them a period to be reused
+      // relaxed: a hint from the exit path (no lock on this 20 us tick); trim() decides.
+      if (rt->stack_surplus.exchange(false, std::memory_order_relaxed))
+        next_trim = now + kTrimNs;  // give them a period to be reused first
     } else if (now >= next_trim) {
       next_trim = trim_stacks(rt) ? now + kTrimNs : 0;
     }

@@ -46,6 +46,11 @@ bool release_record(Task* t) noexcept {
   return alloc->release(s);
 }
 
+// Tells sysmon that idle stacks' memory can go back to the OS (it trims a period later).
+void note_stack_surplus(Runtime* rt) noexcept {
+  if (!rt->stack_surplus.exchange(true, std::memory_order_relaxed)) sysmon_kick(rt);
+}
+
 std::uint64_t next_id(Runtime* rt, P* p) noexcept {
   if (!p) return rt->id_gen.fetch_add(1, std::memory_order_relaxed);
   if (p->next_id == p->end_id) {
@@ -120,13 +125,13 @@ void task_free(Runtime* rt, P* p, Task* t) noexcept {
       surplus |= release_record(give);
       give = nx;
     }
-    if (surplus) sysmon_kick(rt);  // so idle stacks' memory goes back to the OS
+    if (surplus) note_stack_surplus(rt);
     t->next = p->free_tasks;
     p->free_tasks = t;
     p->nfree++;
     return;
   }
-  if (release_record(t)) sysmon_kick(rt);
+  if (release_record(t)) note_stack_surplus(rt);
 }
 
 void task_cache_drain(P* p) noexcept {

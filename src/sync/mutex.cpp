@@ -51,13 +51,10 @@ void sema_acquire(detail::WaitList& l, std::uint32_t& permits, bool lifo) {
     return;
   }
   detail::Waiter w;
-  if (lifo) {
-    // wait_locked appends; put ourselves first instead: mark and fix up after push.
-    w.next = nullptr;
-    detail::wait_locked_front(l, w);
-  } else {
+  if (lifo)
+    detail::wait_locked_front(l, w);  // a woken waiter that lost the race goes first
+  else
     detail::wait_locked(l, w);
-  }
 }
 
 // Semaphore release: hand the permit to the first waiter, or keep it.

@@ -14,7 +14,7 @@ using namespace corun::sched;
 
 namespace {
 struct NoBackoff final : RunnextBackoff {
-  void wait_for(const std::atomic<Task*>&, Task*) const noexcept override {}
+  void wait() const noexcept override {}
 };
 }  // namespace
 

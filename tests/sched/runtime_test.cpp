@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "os/stack.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -489,7 +490,7 @@ TEST_SUITE("sched.death") {
     CHECK(r.output.find("corun: task ") != std::string::npos);
   }
 
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !CORUN_OS_SANITIZER_OWNS_SEGV  // ASan/TSan own SIGSEGV
   TEST_CASE("a task overflowing its stack is named, not silent corruption") {
     auto r = t::child_run("overflow", {"CORUN_STACK_KB=64"});
     CHECK(WIFSIGNALED(r.status));
