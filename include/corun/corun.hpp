@@ -3,3 +3,4 @@
 
 #include <corun/runtime.hpp>
 #include <corun/sync.hpp>
+#include <corun/chan.hpp>

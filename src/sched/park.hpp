@@ -15,5 +15,9 @@ struct Task;
 Task* current_task() noexcept;                         // nullptr outside a task
 void park(void (*commit)(void*), void* arg) noexcept;  // from a task only
 void ready(Task* t) noexcept;                          // from any thread
+// A cooperative preemption point for loops that poll without blocking (try_recv,
+// select with otherwise): yields if sysmon asked this P to end the current time slice.
+// A relaxed load of the P's flag when nothing is asked; no-op outside a task.
+void yield_if_preempted() noexcept;
 
 }  // namespace corun::sched

@@ -253,6 +253,17 @@ void yield() {
   switch_to_g0(m->curg, Action::yield);
 }
 
+namespace sched {
+void yield_if_preempted() noexcept {
+  M* m = current_m();
+  if (!m || !m->curg || !m->p) return;
+  P* p = m->p;
+  if (!p->preempt.load(std::memory_order_relaxed)) return;
+  p->preempt.store(false, std::memory_order_relaxed);
+  switch_to_g0(m->curg, Action::yield);
+}
+}  // namespace sched
+
 int procs() {
   M* m = current_m();
   Runtime* rt = m ? m->rt : current_runtime();

@@ -61,6 +61,7 @@ void acquirep(M* m, P* p) noexcept {
   p->m = m;
   m->p = p;
   p->status.store(PStatus::running, std::memory_order_release);
+  sysmon_wake_idle(rt);  // a P runs again: time slices to watch
   if (rt->settings.pin && rt->plan.pinnable && p->os_cpu >= 0 && m->pinned_cpu != p->os_cpu) {
     int err = os::pin_current_thread(p->os_cpu);
     if (err != 0) {
@@ -87,6 +88,32 @@ void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept {
     while (last->next) last = last->next;
     rt->runq.push_batch(batch, last, n);
   }
+}
+
+namespace {
+void new_slice(P* p) noexcept {
+  p->slicetick.store(p->slicetick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (p->preempt.load(std::memory_order_relaxed))
+    p->preempt.store(false, std::memory_order_relaxed);
+}
+}  // namespace
+
+Task* runq_get(P* p) noexcept {
+  LocalEnd local(p->runq);
+  Task* next = p->runq.runnext.load(std::memory_order_relaxed);
+  // acq_rel: a thief may CAS the slot too; whoever wins sees the task's record.
+  if (next && p->runq.runnext.compare_exchange_strong(next, nullptr, std::memory_order_acq_rel,
+                                                      std::memory_order_relaxed)) {
+    if (!p->preempt.load(std::memory_order_relaxed)) return next;  // inherits the slice
+    Task* head = local.pop_ring();
+    new_slice(p);
+    if (!head) return next;
+    runqput(p->m->rt, p, next, false);  // the hand-off chain waits its turn
+    return head;
+  }
+  Task* t = local.pop_ring();
+  if (t) new_slice(p);
+  return t;
 }
 
 void inject_global(Runtime* rt, Task* t) noexcept {
@@ -146,11 +173,11 @@ void startm(Runtime* rt, P* p, bool spinning) {
   }
   if (!m) {
     new_m(rt, p, spinning);
-    return;
+  } else {
+    m->nextp = p;
+    m->spinning = spinning;
+    m->park.wakeup();  // release: publishes nextp/spinning
   }
-  m->nextp = p;
-  m->spinning = spinning;
-  m->park.wakeup();  // release: publishes nextp/spinning
 }
 
 void handoffp(Runtime* rt, P* p) {
@@ -262,10 +289,16 @@ Task* find_runnable(M* m) {
     // division, on this path).
     if (--p->global_countdown == 0) {
       p->global_countdown = 61;
-      if ((t = globrunqget(rt, p, 1))) return t;
+      if ((t = globrunqget(rt, p, 1))) {
+        new_slice(p);
+        return t;
+      }
     }
-    if ((t = LocalEnd(p->runq).pop())) return t;
-    if ((t = globrunqget(rt, p, 0))) return t;
+    if ((t = runq_get(p))) return t;
+    if ((t = globrunqget(rt, p, 0))) {
+      new_slice(p);
+      return t;
+    }
 
     int busy = rt->nprocs - rt->npidle.load(std::memory_order_relaxed);
     if (m->spinning || 2 * rt->nmspinning.load(std::memory_order_relaxed) < busy) {
@@ -273,7 +306,10 @@ Task* find_runnable(M* m) {
         m->spinning = true;
         rt->nmspinning.fetch_add(1, std::memory_order_seq_cst);
       }
-      if ((t = steal_work(rt, p))) return t;
+      if ((t = steal_work(rt, p))) {
+        new_slice(p);
+        return t;
+      }
     }
 
     // Nothing anywhere: give the P back.
@@ -355,8 +391,8 @@ void schedule_loop(M* m) {
     CORUN_DCHECK(m->p != nullptr, "M%d about to run a task without a P", m->id);
     if (m->spinning) reset_spinning(m);
     if (m->p) m->p->schedtick++;
-    switch_to_task(m, t);
-    handle_action(m, t);
+    Task* back = switch_to_task(m, t);  // t, or a task t switched to directly
+    handle_action(m, back);
   }
 }
 

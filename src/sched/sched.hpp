@@ -16,13 +16,17 @@
 // queue belongs to no P: that producer fences (full_fence, fence.hpp), pairing with the
 // idling M's fence, so one of them sees the other and work never sleeps with every M.
 //
-// Each task switch goes through the M's scheduler context (g0, the thread's own stack):
-// a task that parks switches to g0, and g0 — now off the task's stack — publishes the
-// park (runs the commit hook that releases the wait list's lock). Only then can another
-// thread ready the task, so no task is resumed while still on its way out.
-// Rejected: direct task-to-task switches with a post-switch hook in the next task
-// (boost's ontop_fcontext); it saves one switch (~5 ns) but spreads the park protocol
-// over every resume site. Revisit with numbers.
+// A task that parks or exits while its P has a local task ready switches straight to
+// that task (task.cpp switch_direct): one context switch per channel hand-off instead of
+// two through the M's scheduler context (g0, the thread's own stack). The leaving task
+// is finished by the task that resumes — finish_switch(), the first thing every resume
+// site runs — once nothing runs on its stack any more: only then is the park published
+// (the commit hook releases the wait list's lock) or the stack recycled, so no task is
+// resumed while still on its way out. Everything else (nothing local, the global queue's
+// turn, yield, blocking(), shutdown) goes through g0, which runs find_runnable().
+// Rejected: always through g0 (simpler: one resume site), measured 144 vs 136 ns per
+// unbuffered ping-pong round trip at 1 P, and it doubles the switches of every hand-off;
+// a post-switch hook in every waker (boost's ontop_fcontext) — two resume sites suffice.
 //
 // What changes on 2 sockets × 64 cores: the idle lists and the global queue are single
 // cache lines shared by 128 threads; they are touched only on idle/wake transitions and
@@ -89,6 +93,17 @@ struct alignas(64) P {
   std::uint32_t sysmon_tick = 0;  // sysmon only
   std::uint64_t sysmon_when = 0;  // sysmon only
 
+  // Time slices (Go's inheritTime): a task taken from runnext — readied by the task that
+  // just blocked, usually — inherits the slice; any other pick starts a new one and bumps
+  // slicetick (owner writes, relaxed; sysmon reads). Sysmon sets preempt when slicetick
+  // has not moved for kSliceNs (relaxed both ways: a hint acted on at the next pick or
+  // would-block point, a late read costs one more slice). Without it two tasks handing a
+  // value back and forth through runnext would own a P forever (Go's TestPingPongHog).
+  std::atomic<std::uint32_t> slicetick{0};
+  std::atomic<bool> preempt{false};
+  std::uint32_t sysmon_slicetick = 0;  // sysmon only
+  std::uint64_t sysmon_slicewhen = 0;  // sysmon only
+
   // Statistics for schedtrace, written by the owner (relaxed: counters, no ordering).
   std::atomic<std::uint64_t> stat_steals{0};  // tasks this P stole
   std::atomic<std::uint64_t> stat_spawned{0};
@@ -117,9 +132,13 @@ struct M {
   bool spinning = false;
   int pinned_cpu = -2;  // -2 never pinned; -1 unpinned
 
-  Action action = Action::none;     // set by the task right before switching to g0
-  void (*commit)(void*) = nullptr;  // Action::park: run on g0 after the switch
+  Action action = Action::none;     // set by the task right before switching away
+  void (*commit)(void*) = nullptr;  // Action::park: run once off the task's stack
   void* commit_arg = nullptr;
+  // A task that switched straight to another task (park or exit without a trip through
+  // g0) leaves itself here; the next code to run on this M — the resumed task, in
+  // finish_switch() — completes its action. nullptr when g0 handles it.
+  Task* prev = nullptr;
 
   // In blocking(): written by this M (seq_cst), read by shutdown to decide whom to detach.
   std::atomic<bool> in_blocking{false};
@@ -157,7 +176,10 @@ struct Runtime {
   pthread_t sysmon_thread{};
   bool sysmon_started = false;
   Note sysmon_note;
-  std::atomic<bool> sysmon_idle{false};  // sysmon sleeps without a deadline
+  // What sysmon is doing while asleep: kSysmonWatching (ticking on blocking() calls),
+  // kSysmonSlices (only running Ps: one look per time slice), kSysmonIdle (no deadline).
+  // seq_cst store by sysmon, relaxed loads after a fence by kickers (sysmon_kick).
+  std::atomic<std::uint32_t> sysmon_idle{0};
   // Set (relaxed) by a thread whose stack release left an allocator over keep_hot;
   // cleared by sysmon when it schedules a trim. A hint: sysmon re-checks under the lock.
   std::atomic<bool> stack_surplus{false};
@@ -194,10 +216,17 @@ void inject_global(Runtime* rt, Task* t) noexcept;  // from a thread without a P
 
 // ---- tasks (task.cpp) ----------------------------------------------------------------
 Task* task_alloc(Runtime* rt, P* p, std::size_t closure_size, std::size_t closure_align,
-                 TaskFn invoke, TaskFn destroy);       // p may be nullptr (foreign thread)
-void task_free(Runtime* rt, P* p, Task* t) noexcept;   // dead task back to a cache
-void switch_to_task(M* m, Task* t) noexcept;           // from g0
-void switch_to_g0(Task* t, Action a) noexcept;         // from a task
+                 TaskFn invoke, TaskFn destroy);      // p may be nullptr (foreign thread)
+void task_free(Runtime* rt, P* p, Task* t) noexcept;  // dead task back to a cache
+// From g0: runs t; returns the task that switched back to g0 (t, or a task t switched to
+// directly), whose m->action says why.
+Task* switch_to_task(M* m, Task* t) noexcept;
+void switch_to_g0(Task* t, Action a) noexcept;  // from a task
+void finish_switch(M* m) noexcept;              // first thing after a task is resumed
+// This P's next local task (runnext, then the ring), with the time-slice rule: a task
+// from runnext inherits the slice unless sysmon asked for preemption, in which case it
+// goes to the ring's tail and the ring's head runs. nullptr if both are empty.
+Task* runq_get(P* p) noexcept;
 void park(void (*commit)(void*), void* arg) noexcept;  // from a task
 Task* task_from_closure(void* closure) noexcept;
 void task_cache_drain(P* p) noexcept;  // at shutdown
@@ -208,6 +237,8 @@ std::unique_ptr<RunnextBackoff> make_backoff(const os::Backoff& b);  // backoff.
 // ---- sysmon (sysmon.cpp) -------------------------------------------------------------
 void sysmon_start(Runtime* rt);
 void sysmon_stop(Runtime* rt);
-void sysmon_kick(Runtime* rt) noexcept;  // a P entered blocking(): make sure sysmon watches
+inline constexpr std::uint32_t kSysmonWatching = 0, kSysmonSlices = 1, kSysmonIdle = 2;
+void sysmon_kick(Runtime* rt) noexcept;       // a P entered blocking(): make sure sysmon watches
+void sysmon_wake_idle(Runtime* rt) noexcept;  // a P started running: wake a sysmon asleep for good
 
 }  // namespace corun::sched

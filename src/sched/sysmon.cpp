@@ -1,11 +1,14 @@
 // sched/sysmon.cpp — the system monitor thread (Go's sysmon), holding no P.
 //
 // Jobs: retake Ps whose M has been inside one blocking() call for a whole sysmon tick
-// (so a P never idles behind a thread stuck in read(2)), and print CORUN_DEBUG=schedtrace
-// lines. It sleeps on a futex note with an absolute deadline: 20 µs ticks while some P
-// is in blocking(), doubling up to 10 ms after 50 quiet ticks (Go's schedule), and no
-// deadline at all when there is nothing to watch — entering blocking() wakes it
-// (sysmon_kick). An idle runtime therefore costs no wake-ups.
+// (so a P never idles behind a thread stuck in read(2)); ask a P whose time slice has
+// run 10 ms to end it (P::preempt, acted on at the next runnext pick or would-block
+// channel operation: corun cannot interrupt C++ code, Go preempts asynchronously); print
+// CORUN_DEBUG=schedtrace lines. It sleeps on a futex note with an absolute deadline:
+// 20 µs ticks while some P is in blocking(), doubling up to 10 ms after 50 quiet ticks
+// (Go's schedule); 10 ms while Ps only run tasks; no deadline at all when every P is
+// idle — entering blocking() (sysmon_kick) or a P starting (acquirep) wakes it. An idle
+// runtime therefore costs no wake-ups, a busy one 100 per second.
 // Rejected: handing the P off at every blocking() entry (Go's entersyscallblock) — a
 // futex wake and a thread switch per call, even for calls that return in a microsecond.
 #include <cstdio>
@@ -22,6 +25,7 @@ namespace {
 constexpr std::uint64_t kTickNs = 20'000;
 constexpr std::uint64_t kMaxTickNs = 10'000'000;
 constexpr std::uint64_t kForceRetakeNs = 10'000'000;
+constexpr std::uint64_t kSliceNs = 10'000'000;    // Go's forcePreemptNS
 constexpr std::uint64_t kTrimNs = 1'000'000'000;  // idle task stacks go back after 1-2 s
 
 // Returns idle task stacks' memory to the OS (os/stack.hpp trim()); true if some
@@ -35,11 +39,31 @@ bool trim_stacks(Runtime* rt) {
   return surplus;
 }
 
-// Returns how many Ps it retook; *watching says whether any P is in blocking().
-int retake(Runtime* rt, std::uint64_t now, bool* watching) {
+// Asks a running P to end its time slice if it has not started a new one (slicetick,
+// see sched.hpp) for kSliceNs.
+void check_slice(P* p, std::uint64_t now) {
+  std::uint32_t t = p->slicetick.load(std::memory_order_relaxed);
+  if (t != p->sysmon_slicetick) {
+    p->sysmon_slicetick = t;
+    p->sysmon_slicewhen = now;
+  } else if (now - p->sysmon_slicewhen >= kSliceNs) {
+    p->preempt.store(true, std::memory_order_relaxed);
+    p->sysmon_slicewhen = now;
+  }
+}
+
+// Returns how many Ps it retook; *watching says whether any P is in blocking(),
+// *running whether any P runs tasks.
+int retake(Runtime* rt, std::uint64_t now, bool* watching, bool* running) {
   int n = 0;
   for (P* p : rt->ps) {
-    if (p->status.load(std::memory_order_acquire) != PStatus::syscall) continue;
+    PStatus st = p->status.load(std::memory_order_acquire);
+    if (st == PStatus::running) {
+      *running = true;
+      check_slice(p, now);
+      continue;
+    }
+    if (st != PStatus::syscall) continue;
     *watching = true;
     std::uint32_t tick = p->syscalltick.load(std::memory_order_relaxed);
     if (p->sysmon_tick != tick) {  // a new blocking call since we last looked
@@ -101,8 +125,8 @@ void* sysmon_main(void* arg) {
   int quiet = 0;
   while (!rt->stopping.load(std::memory_order_acquire)) {
     std::uint64_t now = os::monotonic_ns();
-    bool watching = false;
-    int retook = retake(rt, now, &watching);
+    bool watching = false, running = false;
+    int retook = retake(rt, now, &watching, &running);
     if (next_trim == 0) {
       // relaxed: a hint from the exit path (no lock on this 20 us tick); trim() decides.
       if (rt->stack_surplus.exchange(false, std::memory_order_relaxed))
@@ -122,22 +146,28 @@ void* sysmon_main(void* arg) {
       tick *= 2;
     }
     if (!watching) {
-      // Nothing to watch: sleep until a P enters blocking(), the next trace, or shutdown.
+      // No blocking() call to watch. With Ps running, look again in one time slice;
+      // with none, sleep until a kick: a P entering blocking() (sysmon_kick), a P
+      // started (startm, sysmon_wake_idle), the next trace or trim, or shutdown.
+      const std::uint32_t mode = running ? kSysmonSlices : kSysmonIdle;
       rt->sysmon_note.clear();
-      rt->sysmon_idle.store(true, std::memory_order_seq_cst);
+      rt->sysmon_idle.store(mode, std::memory_order_seq_cst);
       full_fence();
       bool any = false;
-      for (P* p : rt->ps) any |= p->status.load(std::memory_order_relaxed) == PStatus::syscall;
+      for (P* p : rt->ps) {
+        PStatus st = p->status.load(std::memory_order_relaxed);
+        any |= running ? st == PStatus::syscall : st != PStatus::idle;
+      }
       if (!any && !rt->stopping.load(std::memory_order_acquire)) {
-        std::uint64_t until = UINT64_MAX;
-        if (trace_ns) until = next_trace;
+        std::uint64_t until = running ? now + kSliceNs : UINT64_MAX;
+        if (trace_ns && next_trace < until) until = next_trace;
         if (next_trim && next_trim < until) until = next_trim;
         if (until == UINT64_MAX)
           rt->sysmon_note.sleep();
         else
           rt->sysmon_note.sleep_until(until);
       }
-      rt->sysmon_idle.store(false, std::memory_order_relaxed);
+      rt->sysmon_idle.store(kSysmonWatching, std::memory_order_relaxed);
       quiet = 0;
       tick = kTickNs;
       continue;  // (a kick for surplus stacks lands here and sets next_trim above)
@@ -172,7 +202,16 @@ void sysmon_kick(Runtime* rt) noexcept {
   // seq_cst fence: our P status store (before the call) vs sysmon's idle flag store,
   // store-buffering pattern; one of us sees the other.
   full_fence();
-  if (rt->sysmon_idle.load(std::memory_order_relaxed)) rt->sysmon_note.wakeup();
+  if (rt->sysmon_idle.load(std::memory_order_relaxed) != kSysmonWatching) rt->sysmon_note.wakeup();
+}
+
+void sysmon_wake_idle(Runtime* rt) noexcept {
+  // Called by acquirep after it marked a P running. The fence orders that status store
+  // before our load of sysmon's mode (store-buffering against sysmon's mode store and
+  // status scan, as in sysmon_kick). Only on an idle -> running transition of a P, which
+  // already cost a futex wake or a thread start.
+  full_fence();
+  if (rt->sysmon_idle.load(std::memory_order_relaxed) == kSysmonIdle) rt->sysmon_note.wakeup();
 }
 
 }  // namespace corun::sched

@@ -14,6 +14,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "sched/check.hpp"
+#include "sched/probes.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -143,7 +145,63 @@ void task_cache_drain(P* p) noexcept {
   p->nfree = 0;
 }
 
-void switch_to_task(M* m, Task* t) noexcept {
+namespace {
+
+// Stack checks for a task that just left its CPU, when it has no guard page under its
+// stack (the map budget ran out). The saved stack pointer is checked at every switch; the
+// canary at the stack's end when the task exits or is parked deep (lowest quarter).
+// Reading the canary at every switch would fault in the bottom page of every parked task
+// — a whole resident page on kernels that do not map the zero page for read faults (this
+// VM's: measured 4 KiB per task). Until the check, the unused page below an unguarded
+// stack absorbs up to 4 KiB.
+void check_left_stack(M* m, Task* t, bool exiting) noexcept {
+  if (t->stack.guarded) return;
+  auto lo = reinterpret_cast<std::uint64_t>(t->stack.lo);
+  auto size = static_cast<std::uint64_t>(t->stack.hi - t->stack.lo);
+  std::uint64_t sp = arch::context_sp(t->ctx);
+  if (sp < lo + 256)
+    os::report_stack_overflow(t->id, m->rt->stack_bytes, "stack pointer below the stack's end");
+  if ((exiting || sp < lo + size / 4) && !os::canary_intact(t->stack))
+    os::report_stack_overflow(t->id, m->rt->stack_bytes, "canary at the stack's end overwritten");
+}
+
+// The next task of this M's P for a direct switch, or nullptr when the scheduler proper
+// must choose: nothing local, the global queue's turn (every 61st pick), shutdown.
+Task* direct_next(M* m) noexcept {
+  P* p = m->p;
+  if (!p || p->global_countdown <= 1 || m->rt->stopping.load(std::memory_order_relaxed))
+    return nullptr;
+  Task* t = runq_get(p);
+  if (t) {
+    CORUN_DCHECK(t->state.load(std::memory_order_relaxed) == TaskState::runnable,
+                 "task %llu dequeued in state %u", static_cast<unsigned long long>(t->id),
+                 static_cast<unsigned>(t->state.load(std::memory_order_relaxed)));
+    p->global_countdown--;
+    p->schedtick++;
+  }
+  return t;
+}
+
+// Runs `to` in place of `from` on this M without going through g0; `from` is finished
+// (parked or freed) by finish_switch() on `to`'s side, once its stack is no longer in use.
+void switch_direct(M* m, Task* from, Task* to, Action a) noexcept {
+  m->prev = from;
+  m->action = a;
+  m->curg = to;
+  to->state.store(TaskState::running, std::memory_order_relaxed);
+  os::tls_running_stack = {to->stack.lo, static_cast<std::size_t>(to->stack.hi - to->stack.lo),
+                           to->id};
+  from->eh.swap_with(m->eh_globals);
+  to->eh.swap_with(m->eh_globals);
+  arch::san_before_switch(from->san, to->san, a == Action::exit);
+  arch::corun_context_switch(&from->ctx, &to->ctx);
+  arch::san_after_switch(from->san);
+  finish_switch(current_m());
+}
+
+}  // namespace
+
+Task* switch_to_task(M* m, Task* t) noexcept {
   m->curg = t;
   t->state.store(TaskState::running, std::memory_order_relaxed);
   os::tls_running_stack = {t->stack.lo, static_cast<std::size_t>(t->stack.hi - t->stack.lo), t->id};
@@ -151,24 +209,12 @@ void switch_to_task(M* m, Task* t) noexcept {
   arch::san_before_switch(m->g0san, t->san, false);
   arch::corun_context_switch(&m->g0, &t->ctx);
   arch::san_after_switch(m->g0san);
-  t->eh.swap_with(m->eh_globals);
+  Task* back = m->curg;  // t may have switched directly to other tasks meanwhile
+  back->eh.swap_with(m->eh_globals);
   os::tls_running_stack = {};
   m->curg = nullptr;
-  if (!t->stack.guarded) {
-    // No guard page under this stack (the map budget ran out). The saved stack pointer
-    // is checked at every switch; the canary at the stack's end when the task exits or
-    // is parked deep (lowest quarter). Reading the canary at every switch would fault in
-    // the bottom page of every parked task — a whole resident page on kernels that do
-    // not map the zero page for read faults (this VM's: measured 4 KiB per task). Until
-    // the check, the unused page below an unguarded stack absorbs up to 4 KiB.
-    auto lo = reinterpret_cast<std::uint64_t>(t->stack.lo);
-    auto size = static_cast<std::uint64_t>(t->stack.hi - t->stack.lo);
-    std::uint64_t sp = arch::context_sp(t->ctx);
-    if (sp < lo + 256)
-      os::report_stack_overflow(t->id, m->rt->stack_bytes, "stack pointer below the stack's end");
-    if ((m->action == Action::exit || sp < lo + size / 4) && !os::canary_intact(t->stack))
-      os::report_stack_overflow(t->id, m->rt->stack_bytes, "canary at the stack's end overwritten");
-  }
+  check_left_stack(m, back, m->action == Action::exit);
+  return back;
 }
 
 void switch_to_g0(Task* t, Action a) noexcept {
@@ -177,6 +223,26 @@ void switch_to_g0(Task* t, Action a) noexcept {
   arch::san_before_switch(t->san, m->g0san, a == Action::exit);
   arch::corun_context_switch(&t->ctx, &m->g0);
   arch::san_after_switch(t->san);
+  finish_switch(current_m());
+}
+
+void finish_switch(M* m) noexcept {
+  Task* prev = m->prev;
+  if (!prev) return;  // resumed by g0, which did the work itself
+  m->prev = nullptr;
+  Action a = m->action;
+  m->action = Action::none;
+  check_left_stack(m, prev, a == Action::exit);
+  if (a == Action::park) {
+    prev->state.store(TaskState::waiting, std::memory_order_relaxed);
+    void (*commit)(void*) = m->commit;
+    m->commit = nullptr;
+    CORUN_PROBE2(park, prev->id, m->p->id);
+    commit(m->commit_arg);  // after this, another thread may ready and run prev
+  } else {
+    prev->state.store(TaskState::dead, std::memory_order_relaxed);
+    task_free(m->rt, m->p, prev);
+  }
 }
 
 void park(void (*commit)(void*), void* arg) noexcept {
@@ -190,7 +256,12 @@ void park(void (*commit)(void*), void* arg) noexcept {
   }
   m->commit = commit;
   m->commit_arg = arg;
-  switch_to_g0(m->curg, Action::park);
+  Task* self = m->curg;
+  if (Task* next = direct_next(m)) {
+    switch_direct(m, self, next, Action::park);
+    return;
+  }
+  switch_to_g0(self, Action::park);
 }
 
 Task* current_task() noexcept {
@@ -203,6 +274,7 @@ namespace {
 [[noreturn]] void task_entry(void* arg) noexcept {
   Task* t = static_cast<Task*>(arg);
   arch::san_after_switch(t->san);
+  finish_switch(current_m());  // a task that switched here directly
   try {
     t->invoke(t->closure);
   } catch (const std::exception& e) {
@@ -215,7 +287,11 @@ namespace {
     std::abort();
   }
   t->destroy(t->closure);
-  switch_to_g0(t, Action::exit);
+  M* m = current_m();
+  if (Task* next = direct_next(m))
+    switch_direct(m, t, next, Action::exit);
+  else
+    switch_to_g0(t, Action::exit);
   std::abort();  // a dead task is never resumed
 }
 

@@ -1,31 +1,18 @@
 // sync/waiter.cpp — see waiter.hpp.
 #include "sync/waiter.hpp"
 
-#include <sched.h>
-
-#include "arch/cpu.hpp"
 #include "os/futex.hpp"
 #include "sched/park.hpp"
+#include "sync/spinlock.hpp"
 
 namespace corun::detail {
 
 void waitlist_lock(WaitList& l) noexcept {
-  for (int spins = 0;;) {
-    // acquire: the critical section sees the previous holder's list updates.
-    if (l.lock.exchange(1, std::memory_order_acquire) == 0) return;
-    while (l.lock.load(std::memory_order_relaxed) != 0) {
-      // The holder runs a few instructions; if it was preempted (oversubscription), let
-      // it run rather than burn our time slice.
-      if (++spins < 128)
-        arch::cpu_relax();
-      else
-        sched_yield();
-    }
-  }
+  spin_lock(l.lock);
 }
 
 void waitlist_unlock(WaitList& l) noexcept {
-  l.lock.store(0, std::memory_order_release);
+  spin_unlock(l.lock);
 }
 
 void waitlist_push(WaitList& l, Waiter* w) noexcept {

@@ -1,0 +1,256 @@
+// corun/chan.hpp — channels and select (API.md "Channels and select"), Go's semantics.
+//
+// Chan<T> is a shared handle (an intrusive reference count) to a channel whose
+// machinery is type-erased and lives in the library (src/sync/chan.cpp, select.cpp):
+// this header only moves T values in and out through three functions per type
+// (ElemOps). An unbuffered send hands the value straight to a waiting receiver's
+// std::optional<T> (no buffer copy); a buffered channel keeps a FIFO ring; close wakes
+// every waiter. A task that must wait parks (its thread runs other tasks); a thread
+// that is not one of the runtime's blocks on a futex.
+//
+// select(cases...) polls the cases in a random order (so among ready cases each is
+// chosen with equal probability), locks the channels in one global order (by address,
+// the same channel once), and, if none is ready and there is no otherwise(), queues a
+// waiter on every channel; the first peer to claim the select wins and the rest of its
+// waiters are removed before select returns. Handlers run after every lock is dropped.
+//
+// Beyond API.md: a nil channel (Chan<T>(nullptr) or Chan<T>::nil(), Go's nil chan:
+// never ready, send/recv block forever, close throws std::logic_error), operator bool,
+// operator==, and a negative integer capacity throws std::invalid_argument.
+// T must be nothrow-move-constructible: a value moves between tasks under the channel's
+// lock, where a throwing move would leave a half-delivered value.
+// Rejected: std::shared_ptr for the handle (a control block and a second allocation);
+// a fully templated channel (the select and park protocol would be instantiated per T
+// and could not be reviewed, traced or profiled as one piece of the runtime).
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace corun {
+
+struct closed_channel : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+template <class T>
+class Chan;
+
+namespace detail {
+
+// How the library moves a T it knows only by address.
+struct ElemOps {
+  std::size_t size;
+  std::size_t align;
+  void (*construct)(void* dst, void* src) noexcept;  // ::new (dst) T(std::move(*src))
+  void (*emplace)(void* opt, void* src) noexcept;    // optional<T>* opt ->emplace(move(*src))
+  void (*destroy)(void* p) noexcept;                 // p->~T()
+};
+
+template <class T>
+inline constexpr ElemOps elem_ops = {
+    sizeof(T),
+    alignof(T),
+    [](void* dst, void* src) noexcept { ::new (dst) T(std::move(*static_cast<T*>(src))); },
+    [](void* opt, void* src) noexcept {
+      static_cast<std::optional<T>*>(opt)->emplace(std::move(*static_cast<T*>(src)));
+    },
+    [](void* p) noexcept { static_cast<T*>(p)->~T(); },
+};
+
+// The part of a channel that handles touch inline: its reference count.
+struct ChanHeader {
+  // relaxed on copy (a handle already holds a reference); acq_rel on drop, so the last
+  // owner sees every other owner's writes before it destroys the channel.
+  std::atomic<std::size_t> refs{1};
+};
+
+ChanHeader* chan_make(std::size_t capacity, const ElemOps* ops);
+void chan_destroy(ChanHeader* c) noexcept;  // refs reached zero
+void chan_send(ChanHeader* c, void* src);   // nil: blocks forever
+bool chan_try_send(ChanHeader* c, void* src);
+bool chan_recv(ChanHeader* c, void* dst_opt);  // true: a value was stored in *dst_opt
+bool chan_try_recv(ChanHeader* c, void* dst_opt);
+void chan_close(ChanHeader* c);
+std::size_t chan_size(const ChanHeader* c) noexcept;
+std::size_t chan_capacity(const ChanHeader* c) noexcept;
+[[noreturn]] void throw_negative_capacity(long long capacity);
+
+// One case of a select, as the library sees it. c == nullptr: never ready (nil channel,
+// or the otherwise() case, which the template handles).
+struct SelectCase {
+  ChanHeader* c;
+  void* elem;  // send: T* to move from; recv: std::optional<T>* to fill
+  bool send;
+};
+// Returns the index of the case that ran, or n if none was ready and !block. For a recv
+// case, *received says whether a value was stored (false: closed and drained). A send
+// case on a closed channel throws closed_channel.
+std::size_t select_impl(SelectCase* cases, std::size_t n, bool block, bool* received);
+
+template <class T>
+ChanHeader* header_of(const Chan<T>& ch) noexcept {
+  return ch.c_;
+}
+
+template <class T, class F>
+struct RecvCase {
+  Chan<T> ch;
+  F f;
+  std::optional<T> out;
+};
+template <class T, class F>
+struct SendCase {
+  Chan<T> ch;
+  T v;
+  F f;
+};
+template <class F>
+struct DefaultCase {
+  F f;
+};
+
+template <class C>
+struct is_default_case : std::false_type {};
+template <class F>
+struct is_default_case<DefaultCase<F>> : std::true_type {};
+
+template <class C>
+void fill_case(C& c, SelectCase& s) {
+  using D = std::remove_cvref_t<C>;
+  if constexpr (is_default_case<D>::value) {
+    s = {nullptr, nullptr, false};
+  } else if constexpr (requires { c.out; }) {
+    s = {header_of(c.ch), &c.out, false};
+  } else {
+    s = {header_of(c.ch), &c.v, true};
+  }
+}
+
+template <class C>
+void run_case(C& c) {
+  using D = std::remove_cvref_t<C>;
+  if constexpr (is_default_case<D>::value) {
+    c.f();
+  } else if constexpr (requires { c.out; }) {
+    if constexpr (std::is_invocable_v<decltype(c.f)&, decltype(std::move(c.out))>)
+      c.f(std::move(c.out));
+    else
+      c.f();
+  } else {
+    c.f();
+  }
+}
+
+}  // namespace detail
+
+template <class T>
+class Chan {
+  static_assert(std::is_object_v<T> && !std::is_const_v<T> && !std::is_array_v<T>,
+                "corun::Chan<T>: T must be a non-const object type");
+  static_assert(std::is_nothrow_move_constructible_v<T>,
+                "corun::Chan<T>: T must be nothrow-move-constructible (a value is moved "
+                "between tasks under the channel's lock)");
+
+ public:
+  explicit Chan(std::size_t capacity = 0) : c_(detail::chan_make(capacity, &detail::elem_ops<T>)) {}
+  // Any integer type: Chan<int> c(0) must not be ambiguous with the nil constructor, and
+  // a negative capacity is an error, not a huge size_t.
+  template <std::integral I>
+  requires(!std::same_as<I, std::size_t> && !std::same_as<I, bool>) explicit Chan(I capacity)
+      : c_(nullptr) {
+    if (capacity < 0) detail::throw_negative_capacity(static_cast<long long>(capacity));
+    c_ = detail::chan_make(static_cast<std::size_t>(capacity), &detail::elem_ops<T>);
+  }
+  Chan(std::nullptr_t) noexcept : c_(nullptr) {}  // NOLINT: nil channel, as Go's `var c chan T`
+  static Chan nil() noexcept { return Chan(nullptr); }
+
+  Chan(const Chan& o) noexcept : c_(o.c_) {
+    if (c_) c_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  Chan(Chan&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+  Chan& operator=(const Chan& o) noexcept {
+    Chan(o).swap(*this);
+    return *this;
+  }
+  Chan& operator=(Chan&& o) noexcept {
+    Chan(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~Chan() {
+    if (c_ && c_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) detail::chan_destroy(c_);
+  }
+  void swap(Chan& o) noexcept { std::swap(c_, o.c_); }
+
+  void send(T v) { detail::chan_send(c_, &v); }
+  std::optional<T> recv() {
+    std::optional<T> r;
+    detail::chan_recv(c_, &r);
+    return r;
+  }
+  bool try_send(T v) { return detail::chan_try_send(c_, &v); }
+  std::optional<T> try_recv() {
+    std::optional<T> r;
+    detail::chan_try_recv(c_, &r);
+    return r;
+  }
+  void close() { detail::chan_close(c_); }
+  std::size_t size() const { return detail::chan_size(c_); }
+  std::size_t capacity() const { return detail::chan_capacity(c_); }
+
+  explicit operator bool() const noexcept { return c_ != nullptr; }
+  friend bool operator==(const Chan& a, const Chan& b) noexcept { return a.c_ == b.c_; }
+
+ private:
+  friend detail::ChanHeader* detail::header_of<T>(const Chan<T>&) noexcept;
+  detail::ChanHeader* c_;  // nullptr: nil channel
+};
+
+template <class T, class F>
+auto on_recv(Chan<T> ch, F f) {
+  return detail::RecvCase<T, F>{std::move(ch), std::move(f), std::nullopt};
+}
+
+template <class T, class U, class F>
+auto on_send(Chan<T> ch, U&& v, F f) {
+  return detail::SendCase<T, F>{std::move(ch), T(std::forward<U>(v)), std::move(f)};
+}
+
+template <class F>
+auto otherwise(F f) {
+  return detail::DefaultCase<F>{std::move(f)};
+}
+
+template <class... Cases>
+std::size_t select(Cases&&... cases) {
+  constexpr std::size_t n = sizeof...(Cases);
+  constexpr std::size_t ndefault =
+      (std::size_t{0} + ... + detail::is_default_case<std::remove_cvref_t<Cases>>::value);
+  static_assert(ndefault <= 1, "corun::select: at most one otherwise() case");
+  detail::SelectCase sc[n + 1];  // +1: select() with no case is legal (blocks forever)
+  std::size_t def = n;
+  {
+    std::size_t i = 0;
+    ((detail::fill_case(cases, sc[i]),
+      def = detail::is_default_case<std::remove_cvref_t<Cases>>::value ? i : def, ++i),
+     ...);
+  }
+  bool received = false;
+  std::size_t chosen = detail::select_impl(sc, n, ndefault == 0, &received);
+  if (chosen == n) chosen = def;
+  {
+    std::size_t i = 0;
+    ((i++ == chosen ? detail::run_case(cases) : void()), ...);
+  }
+  (void)received;  // recv cases carry it in their optional
+  return chosen;
+}
+
+}  // namespace corun

@@ -1,0 +1,117 @@
+// sync/chan_core.hpp — the type-erased channel (Go's hchan) and its waiters (Go's
+// sudog), shared by chan.cpp (send, recv, close) and select.cpp.
+//
+// Invariants, all under ChanCore::lock:
+//   - count <= cap; the ring holds count live T's at recvx, recvx+1, ... (mod cap).
+//   - sendq non-empty  =>  the buffer is full (count == cap) and the channel is open;
+//     recvq non-empty  =>  the buffer is empty (count == 0) and the channel is open.
+//     (Waiters of a select may sit in both queues of one channel; a select waiter whose
+//     select already finished is skipped and unlinked by whoever meets it first.)
+//   - A waiter is linked in at most one queue; `queued` says whether it is.
+// A waiter lives on its task's (or foreign thread's) stack. Whoever dequeues it moves the
+// value, sets `success`, drops the lock, then wakes it; from the wake on, the node is the
+// waiter's again and may vanish, so the waker reads what it needs first.
+// Select waiters share a SelectState: a waker claims the whole select with one CAS on
+// `done` (Go's selectDone); losing waiters are unlinked and skipped.
+// The lock is a spin lock: it is held for a few dozen instructions, never across a park
+// (the scheduler's commit hook drops it once the task is off its stack), and a task must
+// not block its thread (std::mutex could put the M to sleep with its P).
+// Rejected: a lock-free channel (Go's design discussions; the select protocol needs the
+// per-channel lock, and the hand-off costs one uncontended lock, not a CAS race).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <corun/chan.hpp>
+
+namespace corun::sched {
+struct Task;
+}
+
+namespace corun::detail {
+
+struct SelectState;
+
+struct ChanWaiter {
+  sched::Task* task = nullptr;          // the parked task; nullptr for a foreign thread
+  std::atomic<std::uint32_t> woken{0};  // foreign thread's futex word (plain ops only)
+  void* elem = nullptr;                 // send: T* source; recv: std::optional<T>* dest
+  ChanWaiter* next = nullptr;           // guarded by the channel's lock
+  ChanWaiter* prev = nullptr;           // guarded by the channel's lock
+  SelectState* sel = nullptr;           // nullptr for send/recv; set before queueing
+  std::uint32_t index = 0;              // the select case this waiter stands for
+  bool queued = false;                  // guarded by the channel's lock
+  bool success = false;                 // written by the waker before the wake
+};
+
+struct SelectState {
+  // 0 until a waker claims the select (CAS 0 -> 1, acq_rel: the claimer's transfer into
+  // the case's element is published to the selecting task by the wake-up that follows,
+  // and two claimers are ordered).
+  std::atomic<std::uint32_t> done{0};
+  ChanWaiter* winner = nullptr;         // written by the claimer before the wake
+  std::atomic<std::uint32_t> woken{0};  // foreign thread's futex word
+};
+
+// Doubly linked FIFO of waiters. head is atomic only so that the lock-free "would block"
+// checks of try_send/try_recv may peek at it (relaxed; see chan.cpp); it changes only
+// under the channel's lock.
+struct WaitQueue {
+  std::atomic<ChanWaiter*> head{nullptr};
+  ChanWaiter* tail = nullptr;
+
+  bool empty_hint() const noexcept { return head.load(std::memory_order_relaxed) == nullptr; }
+  void push(ChanWaiter* w) noexcept;
+  void unlink(ChanWaiter* w) noexcept;
+  // Removes and returns the first waiter that can take part: a plain one, or one whose
+  // select this call claims. Skipped select waiters are unlinked. nullptr if none.
+  ChanWaiter* dequeue() noexcept;
+};
+
+struct alignas(64) ChanCore : ChanHeader {
+  std::atomic<std::uint32_t> lock{0};  // spin lock, see above; acquire/release
+  // count and closed change only under lock; atomics so try_* can read them without it
+  // (acquire: see chan.cpp's would_block()).
+  std::atomic<std::size_t> count{0};
+  std::atomic<bool> closed{false};
+  std::size_t cap = 0;    // immutable
+  std::size_t recvx = 0;  // ring index of the oldest value; under lock
+  std::size_t sendx = 0;  // ring index of the next free slot; under lock
+  const ElemOps* ops = nullptr;
+  unsigned char* buf = nullptr;  // cap slots of ops->size bytes, right after the core
+  WaitQueue recvq;
+  WaitQueue sendq;
+
+  void* slot(std::size_t i) const noexcept { return buf + i * ops->size; }
+};
+
+inline ChanCore* core(ChanHeader* h) noexcept {
+  return static_cast<ChanCore*>(h);
+}
+
+void chan_lock(ChanCore* c) noexcept;
+void chan_unlock(ChanCore* c) noexcept;
+void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
+
+// Operations with the lock held, shared by chan.cpp and select.cpp; each assumes the
+// channel is open where it says so.
+// Send to waiter r (dequeued from recvq): move *src into r's optional.
+void chan_send_to_waiter(ChanCore* c, ChanWaiter* r, void* src) noexcept;
+// Receive from waiter s (dequeued from sendq; the buffer is full or cap == 0).
+void chan_recv_from_waiter(ChanCore* c, ChanWaiter* s, void* dst_opt) noexcept;
+void chan_buffer_put(ChanCore* c, void* src) noexcept;       // count < cap
+void chan_buffer_take(ChanCore* c, void* dst_opt) noexcept;  // count > 0
+
+// A nil channel, or a select that can never proceed: waits forever using no CPU.
+[[noreturn]] void block_forever() noexcept;
+
+// A non-blocking operation found nothing to do: returns false, after yielding if sysmon
+// asked this P to end its time slice (a polling loop must not hold a P forever).
+bool would_block() noexcept;
+
+// Per-thread random number for select's poll order (xorshift; not for crypto).
+std::uint32_t chan_rand() noexcept;
+
+}  // namespace corun::detail

@@ -1,0 +1,209 @@
+// sync/select.cpp — select over any mix of send and recv cases (Go's selectgo).
+//
+// 1. Poll order: a random permutation of the non-nil cases (inside-out Fisher-Yates), so
+//    that the first ready case found is uniform among the ready ones.
+// 2. Lock order: the cases sorted by channel address; each channel is locked once even if
+//    it appears in several cases. Every select and every plain op locks one channel or
+//    several in this global order, so selects cannot deadlock each other.
+// 3. Pass 1, in poll order: the first case that can proceed runs under the locks.
+// 4. Nothing ready: with otherwise() return "none"; else queue one waiter per case (all
+//    sharing a SelectState) and park; the commit hook drops the locks in reverse order
+//    once the task is off its stack.
+// 5. Woken: a peer claimed the select (CAS on SelectState::done), moved the value and
+//    recorded the winning waiter. Re-lock everything and unlink the other waiters still
+//    queued (a peer that met one of them first has unlinked it already), so no stale
+//    waiter outlives the select — its nodes are on this stack.
+// The commit hook reads the lock-order array on this stack while the task may already be
+// running again on another M; that is safe because the task, to touch anything, must
+// first re-lock every channel, and the hook releases the lowest-addressed lock — the one
+// the task takes first — last, as its final access to this stack.
+// Rejected: Go's heap-allocated sudogs (a free list per P); waiters on the stack cost
+// nothing, and a select's lifetime bounds theirs.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+
+#include "os/futex.hpp"
+#include "sched/park.hpp"
+#include "sync/chan_core.hpp"
+
+namespace corun::detail {
+
+namespace {
+
+struct LockSet {
+  SelectCase* cases;
+  const std::uint16_t* order;  // case indexes sorted by channel address
+  std::size_t m;               // number of entries in order
+};
+
+void lock_all(const LockSet& ls) noexcept {
+  ChanHeader* prev = nullptr;
+  for (std::size_t k = 0; k < ls.m; k++) {
+    ChanHeader* c = ls.cases[ls.order[k]].c;
+    if (c != prev) chan_lock(core(c));
+    prev = c;
+  }
+}
+
+// Unlocks in reverse lock order. Each channel is unlocked at its lowest position in the
+// order, and the next entry is read before that unlock: the final unlock (of the lowest
+// channel, which a resumed task locks first) is the last access to ls's arrays.
+void unlock_all(const LockSet& ls) noexcept {
+  ChanHeader* c = ls.cases[ls.order[ls.m - 1]].c;
+  for (std::size_t k = ls.m; k-- > 0;) {
+    ChanHeader* below = k > 0 ? ls.cases[ls.order[k - 1]].c : nullptr;
+    if (below != c) chan_unlock(core(c));
+    c = below;
+  }
+}
+
+void unlock_all_commit(void* arg) {
+  // Copy first: the struct lives on the parked task's stack (see the header comment).
+  LockSet ls = *static_cast<const LockSet*>(arg);
+  unlock_all(ls);
+}
+
+[[noreturn]] void throw_send_closed() {
+  throw closed_channel("corun: send on closed channel");
+}
+
+}  // namespace
+
+std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* received) {
+  if (n > 0xffff) throw std::length_error("corun::select: more than 65535 cases");
+  constexpr std::size_t kInline = 8;
+  std::uint16_t poll_inline[kInline], lock_inline[kInline];
+  std::unique_ptr<std::uint16_t[]> heap_orders;
+  std::uint16_t* poll = poll_inline;
+  std::uint16_t* lockorder = lock_inline;
+  if (n > kInline) {
+    heap_orders = std::make_unique<std::uint16_t[]>(2 * n);
+    poll = heap_orders.get();
+    lockorder = poll + n;
+  }
+
+  // 1. Poll order over the non-nil cases.
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < n; i++) {
+    if (!cs[i].c) continue;
+    std::size_t j = static_cast<std::size_t>(
+        (static_cast<std::uint64_t>(chan_rand()) * static_cast<std::uint64_t>(m + 1)) >> 32);
+    poll[m] = poll[j];
+    poll[j] = static_cast<std::uint16_t>(i);
+    m++;
+  }
+  if (m == 0) {
+    if (!block) return would_block() ? 0 : n;
+    block_forever();  // Go: select {} or only nil channels
+  }
+
+  // 2. Lock order (insertion sort: a select has a handful of cases).
+  for (std::size_t k = 0; k < m; k++) {
+    std::uint16_t v = poll[k];
+    std::size_t j = k;
+    while (j > 0 && std::less<ChanHeader*>()(cs[v].c, cs[lockorder[j - 1]].c)) {
+      lockorder[j] = lockorder[j - 1];
+      j--;
+    }
+    lockorder[j] = v;
+  }
+  LockSet ls{cs, lockorder, m};
+  lock_all(ls);
+
+  // 3. Pass 1: the first ready case in poll order.
+  for (std::size_t k = 0; k < m; k++) {
+    std::size_t i = poll[k];
+    ChanCore* c = core(cs[i].c);
+    if (cs[i].send) {
+      if (c->closed.load(std::memory_order_relaxed)) {
+        unlock_all(ls);
+        throw_send_closed();
+      }
+      if (ChanWaiter* r = c->recvq.dequeue()) {
+        chan_send_to_waiter(c, r, cs[i].elem);
+        unlock_all(ls);
+        chan_wake(r);
+        return i;
+      }
+      if (c->count.load(std::memory_order_relaxed) < c->cap) {
+        chan_buffer_put(c, cs[i].elem);
+        unlock_all(ls);
+        return i;
+      }
+    } else {
+      if (ChanWaiter* s = c->sendq.dequeue()) {
+        chan_recv_from_waiter(c, s, cs[i].elem);
+        unlock_all(ls);
+        chan_wake(s);
+        *received = true;
+        return i;
+      }
+      if (c->count.load(std::memory_order_relaxed) > 0) {
+        chan_buffer_take(c, cs[i].elem);
+        unlock_all(ls);
+        *received = true;
+        return i;
+      }
+      if (c->closed.load(std::memory_order_relaxed)) {
+        unlock_all(ls);
+        *received = false;
+        return i;
+      }
+    }
+  }
+  if (!block) {
+    unlock_all(ls);
+    return would_block() ? 0 : n;
+  }
+
+  // 4. Queue a waiter on every case's channel, in lock order, and wait.
+  ChanWaiter w_inline[kInline];
+  std::unique_ptr<ChanWaiter[]> w_heap;
+  ChanWaiter* ws = w_inline;
+  if (n > kInline) {
+    w_heap = std::make_unique<ChanWaiter[]>(n);
+    ws = w_heap.get();
+  }
+  SelectState st;
+  sched::Task* self = sched::current_task();
+  for (std::size_t k = 0; k < m; k++) {
+    std::size_t i = lockorder[k];
+    ChanWaiter& w = ws[i];
+    w.task = self;
+    w.elem = cs[i].elem;
+    w.sel = &st;
+    w.index = static_cast<std::uint32_t>(i);
+    ChanCore* c = core(cs[i].c);
+    (cs[i].send ? c->sendq : c->recvq).push(&w);
+  }
+  if (self) {
+    sched::park(unlock_all_commit, &ls);
+  } else {
+    unlock_all(ls);
+    // acquire: pairs with chan_wake's release (value, success, winner).
+    while (st.woken.load(std::memory_order_acquire) == 0) os::futex_wait(&st.woken, 0);
+  }
+
+  // 5. Woken by the winner's peer: remove the other waiters.
+  lock_all(ls);
+  ChanWaiter* win = st.winner;
+  for (std::size_t k = 0; k < m; k++) {
+    std::size_t i = lockorder[k];
+    if (ws[i].queued) {
+      ChanCore* c = core(cs[i].c);
+      (cs[i].send ? c->sendq : c->recvq).unlink(&ws[i]);
+    }
+  }
+  unlock_all(ls);
+  std::size_t i = win->index;
+  if (cs[i].send) {
+    if (!win->success) throw_send_closed();  // woken by close
+  } else {
+    *received = win->success;
+  }
+  return i;
+}
+
+}  // namespace corun::detail
