@@ -45,12 +45,13 @@ class Chan;
 
 namespace detail {
 
-// How the library moves a T it knows only by address.
+// How the library moves a T it knows only by address. Trivially copyable values (ints,
+// pointers, small structs) are copied with memcpy of a known size, no indirect call.
 struct ElemOps {
   std::size_t size;
   std::size_t align;
+  bool trivial;                                      // trivially copyable and destructible
   void (*construct)(void* dst, void* src) noexcept;  // ::new (dst) T(std::move(*src))
-  void (*emplace)(void* opt, void* src) noexcept;    // optional<T>* opt ->emplace(move(*src))
   void (*destroy)(void* p) noexcept;                 // p->~T()
 };
 
@@ -58,11 +59,23 @@ template <class T>
 inline constexpr ElemOps elem_ops = {
     sizeof(T),
     alignof(T),
+    std::is_trivially_copyable_v<T>&& std::is_trivially_destructible_v<T>,
     [](void* dst, void* src) noexcept { ::new (dst) T(std::move(*static_cast<T*>(src))); },
-    [](void* opt, void* src) noexcept {
-      static_cast<std::optional<T>*>(opt)->emplace(std::move(*static_cast<T*>(src)));
-    },
     [](void* p) noexcept { static_cast<T*>(p)->~T(); },
+};
+
+// Uninitialised storage for one received T: the library move-constructs into it.
+template <class T>
+struct RecvSlot {
+  alignas(T) unsigned char bytes[sizeof(T)];
+  void* raw() noexcept { return bytes; }
+  std::optional<T> take(bool received) noexcept {
+    if (!received) return std::nullopt;
+    T* p = std::launder(reinterpret_cast<T*>(bytes));
+    std::optional<T> r(std::move(*p));
+    p->~T();
+    return r;
+  }
 };
 
 // The part of a channel that handles touch inline: its reference count.
@@ -76,8 +89,8 @@ ChanHeader* chan_make(std::size_t capacity, const ElemOps* ops);
 void chan_destroy(ChanHeader* c) noexcept;  // refs reached zero
 void chan_send(ChanHeader* c, void* src);   // nil: blocks forever
 bool chan_try_send(ChanHeader* c, void* src);
-bool chan_recv(ChanHeader* c, void* dst_opt);  // true: a value was stored in *dst_opt
-bool chan_try_recv(ChanHeader* c, void* dst_opt);
+bool chan_recv(ChanHeader* c, void* dst);  // true: a T was move-constructed at dst
+bool chan_try_recv(ChanHeader* c, void* dst);
 void chan_close(ChanHeader* c);
 std::size_t chan_size(const ChanHeader* c) noexcept;
 std::size_t chan_capacity(const ChanHeader* c) noexcept;
@@ -87,12 +100,12 @@ std::size_t chan_capacity(const ChanHeader* c) noexcept;
 // or the otherwise() case, which the template handles).
 struct SelectCase {
   ChanHeader* c;
-  void* elem;  // send: T* to move from; recv: std::optional<T>* to fill
+  void* elem;  // send: T* to move from; recv: raw storage to move-construct a T into
   bool send;
 };
 // Returns the index of the case that ran, or n if none was ready and !block. For a recv
-// case, *received says whether a value was stored (false: closed and drained). A send
-// case on a closed channel throws closed_channel.
+// case, *received says whether a T was constructed in its elem (false: closed and
+// drained). A send case on a closed channel throws closed_channel.
 std::size_t select_impl(SelectCase* cases, std::size_t n, bool block, bool* received);
 
 template <class T>
@@ -104,7 +117,7 @@ template <class T, class F>
 struct RecvCase {
   Chan<T> ch;
   F f;
-  std::optional<T> out;
+  RecvSlot<T> out;
 };
 template <class T, class F>
 struct SendCase {
@@ -128,20 +141,21 @@ void fill_case(C& c, SelectCase& s) {
   if constexpr (is_default_case<D>::value) {
     s = {nullptr, nullptr, false};
   } else if constexpr (requires { c.out; }) {
-    s = {header_of(c.ch), &c.out, false};
+    s = {header_of(c.ch), c.out.raw(), false};
   } else {
     s = {header_of(c.ch), &c.v, true};
   }
 }
 
 template <class C>
-void run_case(C& c) {
+void run_case(C& c, bool received) {
   using D = std::remove_cvref_t<C>;
   if constexpr (is_default_case<D>::value) {
     c.f();
   } else if constexpr (requires { c.out; }) {
-    if constexpr (std::is_invocable_v<decltype(c.f)&, decltype(std::move(c.out))>)
-      c.f(std::move(c.out));
+    auto v = c.out.take(received);
+    if constexpr (std::is_invocable_v<decltype(c.f)&, decltype(std::move(v))>)
+      c.f(std::move(v));
     else
       c.f();
   } else {
@@ -191,15 +205,13 @@ class Chan {
 
   void send(T v) { detail::chan_send(c_, &v); }
   std::optional<T> recv() {
-    std::optional<T> r;
-    detail::chan_recv(c_, &r);
-    return r;
+    detail::RecvSlot<T> slot;
+    return slot.take(detail::chan_recv(c_, slot.raw()));
   }
   bool try_send(T v) { return detail::chan_try_send(c_, &v); }
   std::optional<T> try_recv() {
-    std::optional<T> r;
-    detail::chan_try_recv(c_, &r);
-    return r;
+    detail::RecvSlot<T> slot;
+    return slot.take(detail::chan_try_recv(c_, slot.raw()));
   }
   void close() { detail::chan_close(c_); }
   std::size_t size() const { return detail::chan_size(c_); }
@@ -215,7 +227,7 @@ class Chan {
 
 template <class T, class F>
 auto on_recv(Chan<T> ch, F f) {
-  return detail::RecvCase<T, F>{std::move(ch), std::move(f), std::nullopt};
+  return detail::RecvCase<T, F>{std::move(ch), std::move(f), {}};
 }
 
 template <class T, class U, class F>
@@ -247,9 +259,8 @@ std::size_t select(Cases&&... cases) {
   if (chosen == n) chosen = def;
   {
     std::size_t i = 0;
-    ((i++ == chosen ? detail::run_case(cases) : void()), ...);
+    ((i++ == chosen ? detail::run_case(cases, received) : void()), ...);
   }
-  (void)received;  // recv cases carry it in their optional
   return chosen;
 }
 

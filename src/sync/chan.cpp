@@ -22,7 +22,6 @@
 #include "os/thread.hpp"
 #include "sched/park.hpp"
 #include "sync/chan_core.hpp"
-#include "sync/spinlock.hpp"
 
 namespace corun::detail {
 
@@ -52,7 +51,7 @@ void WaitQueue::unlink(ChanWaiter* w) noexcept {
   w->queued = false;
 }
 
-ChanWaiter* WaitQueue::dequeue() noexcept {
+ChanWaiter* WaitQueue::dequeue_slow() noexcept {
   for (;;) {
     ChanWaiter* w = head.load(std::memory_order_relaxed);
     if (!w) return nullptr;
@@ -70,14 +69,6 @@ ChanWaiter* WaitQueue::dequeue() noexcept {
   }
 }
 
-void chan_lock(ChanCore* c) noexcept {
-  spin_lock(c->lock);
-}
-
-void chan_unlock(ChanCore* c) noexcept {
-  spin_unlock(c->lock);
-}
-
 void chan_wake(ChanWaiter* w) noexcept {
   if (sched::Task* t = w->task) {
     sched::ready(t);  // w may be gone once t runs
@@ -89,43 +80,6 @@ void chan_wake(ChanWaiter* w) noexcept {
   // The waiter may already have seen the store and returned; waking a dead private futex
   // address is at worst a spurious wake-up for whoever waits there next.
   os::futex_wake(word, 1);
-}
-
-// ---- hand-offs (lock held) -----------------------------------------------------------
-
-void chan_send_to_waiter(ChanCore* c, ChanWaiter* r, void* src) noexcept {
-  c->ops->emplace(r->elem, src);
-  r->success = true;
-}
-
-void chan_recv_from_waiter(ChanCore* c, ChanWaiter* s, void* dst) noexcept {
-  if (c->cap == 0) {
-    c->ops->emplace(dst, s->elem);
-  } else {
-    // Full buffer: take the oldest value, and the sender's value takes its slot, which
-    // is now the newest (recvx == sendx when full).
-    void* sl = c->slot(c->recvx);
-    c->ops->emplace(dst, sl);
-    c->ops->destroy(sl);
-    c->ops->construct(sl, s->elem);
-    if (++c->recvx == c->cap) c->recvx = 0;
-    c->sendx = c->recvx;
-  }
-  s->success = true;
-}
-
-void chan_buffer_put(ChanCore* c, void* src) noexcept {
-  c->ops->construct(c->slot(c->sendx), src);
-  if (++c->sendx == c->cap) c->sendx = 0;
-  c->count.store(c->count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-}
-
-void chan_buffer_take(ChanCore* c, void* dst) noexcept {
-  void* sl = c->slot(c->recvx);
-  c->ops->emplace(dst, sl);
-  c->ops->destroy(sl);
-  if (++c->recvx == c->cap) c->recvx = 0;
-  c->count.store(c->count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
 std::uint32_t chan_rand() noexcept {
@@ -184,6 +138,8 @@ ChanHeader* chan_make(std::size_t capacity, const ElemOps* ops) {
   void* mem = ::operator new (bytes, std::align_val_t{align});
   auto* c = ::new (mem) ChanCore();
   c->cap = capacity;
+  c->esize = ops->size;
+  c->trivial = ops->trivial;
   c->ops = ops;
   c->buf = static_cast<unsigned char*>(mem) + head;
   return c;
@@ -193,7 +149,7 @@ void chan_destroy(ChanHeader* h) noexcept {
   ChanCore* c = core(h);
   std::size_t n = c->count.load(std::memory_order_relaxed);
   for (std::size_t i = 0, x = c->recvx; i < n; i++) {
-    c->ops->destroy(c->slot(x));
+    elem_destroy(c, c->slot(x));
     if (++x == c->cap) x = 0;
   }
   std::size_t align = c->ops->align > alignof(ChanCore) ? c->ops->align : alignof(ChanCore);
@@ -225,7 +181,7 @@ bool empty_hint(const ChanCore* c) noexcept {
 
 // Sends under the lock if it can proceed. Returns true if done; false (lock still held)
 // if the caller must wait or give up. Throws (unlocked) if closed.
-bool send_locked(ChanCore* c, void* src) {
+[[gnu::always_inline]] inline bool send_locked(ChanCore* c, void* src) {
   if (c->closed.load(std::memory_order_relaxed)) {
     chan_unlock(c);
     throw_send_closed();
@@ -246,7 +202,7 @@ bool send_locked(ChanCore* c, void* src) {
 
 // Receives under the lock if it can proceed: 1 got a value, 0 closed and drained (both
 // unlocked); -1 must wait (lock still held).
-int recv_locked(ChanCore* c, void* dst) {
+[[gnu::always_inline]] inline int recv_locked(ChanCore* c, void* dst) {
   if (ChanWaiter* s = c->sendq.dequeue()) {
     chan_recv_from_waiter(c, s, dst);
     chan_unlock(c);
@@ -267,17 +223,33 @@ int recv_locked(ChanCore* c, void* dst) {
 
 }  // namespace
 
-void chan_send(ChanHeader* h, void* src) {
-  if (!h) block_forever();
-  ChanCore* c = core(h);
-  chan_lock(c);
-  if (send_locked(c, src)) return;
+namespace {
+// The waiting halves, out of line so that the fast paths need no frame for a waiter.
+[[gnu::noinline]] void send_wait(ChanCore* c, void* src) {
   ChanWaiter w;
   w.task = sched::current_task();
   w.elem = src;
   c->sendq.push(&w);
   wait_queued(c, w);
   if (!w.success) throw_send_closed();  // woken by close
+}
+
+[[gnu::noinline]] bool recv_wait(ChanCore* c, void* dst) {
+  ChanWaiter w;
+  w.task = sched::current_task();
+  w.elem = dst;
+  c->recvq.push(&w);
+  wait_queued(c, w);
+  return w.success;  // false: woken by close
+}
+}  // namespace
+
+void chan_send(ChanHeader* h, void* src) {
+  if (!h) block_forever();
+  ChanCore* c = core(h);
+  chan_lock(c);
+  if (send_locked(c, src)) return;
+  send_wait(c, src);
 }
 
 bool chan_try_send(ChanHeader* h, void* src) {
@@ -296,12 +268,7 @@ bool chan_recv(ChanHeader* h, void* dst) {
   chan_lock(c);
   int r = recv_locked(c, dst);
   if (r >= 0) return r == 1;
-  ChanWaiter w;
-  w.task = sched::current_task();
-  w.elem = dst;
-  c->recvq.push(&w);
-  wait_queued(c, w);
-  return w.success;  // false: woken by close
+  return recv_wait(c, dst);
 }
 
 bool chan_try_recv(ChanHeader* h, void* dst) {

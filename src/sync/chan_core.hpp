@@ -23,8 +23,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include <corun/chan.hpp>
+
+#include "sync/spinlock.hpp"
 
 namespace corun::sched {
 struct Task;
@@ -37,7 +40,7 @@ struct SelectState;
 struct ChanWaiter {
   sched::Task* task = nullptr;          // the parked task; nullptr for a foreign thread
   std::atomic<std::uint32_t> woken{0};  // foreign thread's futex word (plain ops only)
-  void* elem = nullptr;                 // send: T* source; recv: std::optional<T>* dest
+  void* elem = nullptr;                 // send: T* source; recv: raw storage for a T
   ChanWaiter* next = nullptr;           // guarded by the channel's lock
   ChanWaiter* prev = nullptr;           // guarded by the channel's lock
   SelectState* sel = nullptr;           // nullptr for send/recv; set before queueing
@@ -67,7 +70,11 @@ struct WaitQueue {
   void unlink(ChanWaiter* w) noexcept;
   // Removes and returns the first waiter that can take part: a plain one, or one whose
   // select this call claims. Skipped select waiters are unlinked. nullptr if none.
-  ChanWaiter* dequeue() noexcept;
+  ChanWaiter* dequeue() noexcept {
+    if (empty_hint()) return nullptr;
+    return dequeue_slow();
+  }
+  ChanWaiter* dequeue_slow() noexcept;
 };
 
 struct alignas(64) ChanCore : ChanHeader {
@@ -77,6 +84,8 @@ struct alignas(64) ChanCore : ChanHeader {
   std::atomic<std::size_t> count{0};
   std::atomic<bool> closed{false};
   std::size_t cap = 0;    // immutable
+  std::size_t esize = 0;  // immutable: ops->size
+  bool trivial = false;   // immutable: ops->trivial
   std::size_t recvx = 0;  // ring index of the oldest value; under lock
   std::size_t sendx = 0;  // ring index of the next free slot; under lock
   const ElemOps* ops = nullptr;
@@ -84,25 +93,76 @@ struct alignas(64) ChanCore : ChanHeader {
   WaitQueue recvq;
   WaitQueue sendq;
 
-  void* slot(std::size_t i) const noexcept { return buf + i * ops->size; }
+  void* slot(std::size_t i) const noexcept { return buf + i * esize; }
 };
 
 inline ChanCore* core(ChanHeader* h) noexcept {
   return static_cast<ChanCore*>(h);
 }
 
-void chan_lock(ChanCore* c) noexcept;
-void chan_unlock(ChanCore* c) noexcept;
+inline void chan_lock(ChanCore* c) noexcept {
+  spin_lock(c->lock);
+}
+inline void chan_unlock(ChanCore* c) noexcept {
+  spin_unlock(c->lock);
+}
 void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
 
-// Operations with the lock held, shared by chan.cpp and select.cpp; each assumes the
-// channel is open where it says so.
-// Send to waiter r (dequeued from recvq): move *src into r's optional.
-void chan_send_to_waiter(ChanCore* c, ChanWaiter* r, void* src) noexcept;
-// Receive from waiter s (dequeued from sendq; the buffer is full or cap == 0).
-void chan_recv_from_waiter(ChanCore* c, ChanWaiter* s, void* dst_opt) noexcept;
-void chan_buffer_put(ChanCore* c, void* src) noexcept;       // count < cap
-void chan_buffer_take(ChanCore* c, void* dst_opt) noexcept;  // count > 0
+// Moving values: memcpy of a known size for trivial types (no indirect call, no jump
+// table: the common sizes are tested in turn), else T's move constructor.
+[[gnu::always_inline]] inline void elem_move(const ChanCore* c, void* dst, void* src) noexcept {
+  if (c->trivial) {
+    if (c->esize == 8)
+      std::memcpy(dst, src, 8);
+    else if (c->esize == 4)
+      std::memcpy(dst, src, 4);
+    else
+      std::memcpy(dst, src, c->esize);
+    return;
+  }
+  c->ops->construct(dst, src);
+}
+[[gnu::always_inline]] inline void elem_destroy(const ChanCore* c, void* p) noexcept {
+  if (!c->trivial) c->ops->destroy(p);
+}
+
+// Operations with the lock held, shared by chan.cpp and select.cpp.
+// Send to waiter r (dequeued from recvq): move *src into r's storage.
+[[gnu::always_inline]] inline void chan_send_to_waiter(ChanCore* c, ChanWaiter* r,
+                                                       void* src) noexcept {
+  elem_move(c, r->elem, src);
+  r->success = true;
+}
+// Receive from waiter s (dequeued from sendq; the buffer is full, or cap == 0).
+[[gnu::always_inline]] inline void chan_recv_from_waiter(ChanCore* c, ChanWaiter* s,
+                                                         void* dst) noexcept {
+  if (c->cap == 0) {
+    elem_move(c, dst, s->elem);
+  } else {
+    // Full buffer: take the oldest value; the sender's value takes its slot, which is
+    // now the newest (recvx == sendx when full).
+    void* sl = c->slot(c->recvx);
+    elem_move(c, dst, sl);
+    elem_destroy(c, sl);
+    elem_move(c, sl, s->elem);
+    if (++c->recvx == c->cap) c->recvx = 0;
+    c->sendx = c->recvx;
+  }
+  s->success = true;
+}
+[[gnu::always_inline]] inline void chan_buffer_put(ChanCore* c,
+                                                   void* src) noexcept {  // count < cap
+  elem_move(c, c->slot(c->sendx), src);
+  if (++c->sendx == c->cap) c->sendx = 0;
+  c->count.store(c->count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+[[gnu::always_inline]] inline void chan_buffer_take(ChanCore* c, void* dst) noexcept {  // count > 0
+  void* sl = c->slot(c->recvx);
+  elem_move(c, dst, sl);
+  elem_destroy(c, sl);
+  if (++c->recvx == c->cap) c->recvx = 0;
+  c->count.store(c->count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+}
 
 // A nil channel, or a select that can never proceed: waits forever using no CPU.
 [[noreturn]] void block_forever() noexcept;

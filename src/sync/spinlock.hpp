@@ -24,14 +24,18 @@ namespace corun::detail {
 inline void spin_lock(std::atomic<std::uint32_t>& l) noexcept {
   // acquire: the critical section sees the previous holder's writes.
   if (l.exchange(1, std::memory_order_acquire) == 0) return;
-  for (int spins = 0;;) {
-    while (l.load(std::memory_order_relaxed) != 0) {
-      if (++spins < 128)
-        arch::cpu_relax();
-      else
-        sched_yield();
+  // Exponential backoff between looks at the word: a contender polling every PAUSE
+  // keeps pulling the line (which holds the channel's hot fields too) away from the
+  // holder mid-critical-section; Go's lock polls every 30 PAUSEs.
+  for (int pauses = 1, spins = 0;;) {
+    for (int k = 0; k < pauses; k++) arch::cpu_relax();
+    if (pauses < 32) pauses *= 2;
+    if (l.load(std::memory_order_relaxed) == 0 && l.exchange(1, std::memory_order_acquire) == 0)
+      return;
+    if (++spins >= 16) {
+      sched_yield();
+      spins = 0;
     }
-    if (l.exchange(1, std::memory_order_acquire) == 0) return;
   }
 }
 
