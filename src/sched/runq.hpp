@@ -20,7 +20,8 @@
 //               overwrite those slots).
 //   owner pop:  head CAS-release (same reason, for thieves' view), tail is our own.
 //   thief:      head and tail load-acquire, slot loads relaxed, head CAS acq_rel.
-//   runnext:    exchange/CAS acq_rel: whoever takes the task sees its record.
+//   runnext:    exchange/CAS acq_rel: whoever takes the task sees its record; the
+//               owner fills an empty slot with a store-release (see put_next).
 #pragma once
 
 #include <array>
@@ -88,7 +89,16 @@ class LocalEnd {
   }
 
   // Puts t in runnext; the task it displaces (if any) is returned for push_back.
-  Task* put_next(Task* t) noexcept { return q_.runnext.exchange(t, std::memory_order_acq_rel); }
+  // Thieves only ever clear runnext (CAS non-null -> null) and only the owner fills it,
+  // so an empty slot stays empty until we write it: a plain store-release (publishing
+  // t's record to a thief's CAS) suffices, saving an RMW on every channel hand-off.
+  Task* put_next(Task* t) noexcept {
+    if (q_.runnext.load(std::memory_order_relaxed) == nullptr) {
+      q_.runnext.store(t, std::memory_order_release);
+      return nullptr;
+    }
+    return q_.runnext.exchange(t, std::memory_order_acq_rel);
+  }
 
   // runnext first, then the ring's head.
   Task* pop() noexcept {
