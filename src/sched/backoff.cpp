@@ -12,9 +12,17 @@
 // owner writes runnext at every spawn and hand-off, so the polling thief bounced that
 // cache line: CreateTasks-2 took 81.6 ns/op polling vs 57.9 without (median of 5, this
 // machine). The thief has nothing else to do meanwhile, so ending early bought nothing.
-// Measured too: WaitGroupHandoff-2 is 175 ns with usleep:100 vs 204 with spin:3000 — a
-// thief asleep in usleep still counts as spinning, so the producer skips the futex wake
-// of an idle M; what the default should be is measured with channels (issue 3).
+// The default, spin:3000, from channel measurements at 2 Ps (this 2-core VM, 6 runs
+// each, medians, scripts/benchcmp): ChanSync, Chain, WaitGroupHandoff and the
+// request/response latencies show no significant time difference between spin:1000,
+// 3000, 10000, 30000, usleep:3 and usleep:100; CPU for ChanSync is lowest with
+// spin:3000 (108% vs 136% for usleep:3, whose timer syscalls cost more than the spin,
+// and 154% for spin:30000). The exception is ChanSyncWork-2 (2.9 µs of work between
+// hand-offs): usleep:100 is 10% faster and uses 16% less CPU than spin:3000, because a
+// thief asleep in usleep still counts as spinning, so producers skip the futex wake of
+// an idle M: 9.9k futex calls per 100k ops against 75k with spin:3000, whose thief gives
+// up within 3 µs, idles, and is woken again by the next hand-off. Keeping a thief that
+// lost the runnext race "spinning" (cheaply) for longer is the follow-up.
 #include <sched.h>
 #include <unistd.h>
 

@@ -4,9 +4,11 @@
 // not exist; adding one means adding it here first.
 //
 //   1. sync WaitList::lock        (per WaitGroup/Mutex spin lock; held for a few
-//                                  instructions; released before any wake-up, and by
+//      sync ChanCore::lock         instructions; released before any wake-up, and by
 //                                  the scheduler's park commit once the task is off
-//                                  its stack)
+//                                  its stack). A select holds several channel locks at
+//                                  once, always taken in ascending address order
+//                                  (select.cpp); no other lock of this level nests.
 //   2. Runtime::lock              (sched.lock: idle P list, idle M list, all Ms)
 //   3. GlobalQueue::mu            (the global run queue)
 //   4. StackAllocator's mutex     (os/stack.cpp; slow path of task creation)

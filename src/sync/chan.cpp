@@ -82,16 +82,10 @@ void chan_wake(ChanWaiter* w) noexcept {
   os::futex_wake(word, 1);
 }
 
-std::uint32_t chan_rand() noexcept {
-  thread_local std::uint64_t s = 0;
-  if (s == 0) {
-    s = os::monotonic_ns() ^ reinterpret_cast<std::uintptr_t>(&s) ^ 0x9e3779b97f4a7c15ull;
-    if (s == 0) s = 1;
-  }
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return static_cast<std::uint32_t>(s >> 32);
+std::uint64_t chan_rand_seed() noexcept {
+  std::uint64_t s =
+      os::monotonic_ns() ^ reinterpret_cast<std::uintptr_t>(&tls_chan_rand) ^ 0x9e3779b97f4a7c15ull;
+  return s ? s : 1;
 }
 
 namespace {

@@ -171,7 +171,19 @@ void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
 // asked this P to end its time slice (a polling loop must not hold a P forever).
 bool would_block() noexcept;
 
-// Per-thread random number for select's poll order (xorshift; not for crypto).
-std::uint32_t chan_rand() noexcept;
+// Per-thread random number for select's poll order (xorshift64; not for crypto). A task
+// that migrates simply continues another thread's sequence, which is as good.
+inline thread_local std::uint64_t tls_chan_rand = 0;
+std::uint64_t chan_rand_seed() noexcept;
+inline std::uint32_t chan_rand() noexcept {
+  std::uint64_t s = tls_chan_rand;
+  if (s == 0) [[unlikely]]
+    s = chan_rand_seed();
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  tls_chan_rand = s;
+  return static_cast<std::uint32_t>(s >> 32);
+}
 
 }  // namespace corun::detail

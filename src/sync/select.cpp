@@ -38,7 +38,7 @@ struct LockSet {
   std::size_t m;               // number of entries in order
 };
 
-void lock_all(const LockSet& ls) noexcept {
+[[gnu::always_inline]] inline void lock_all(const LockSet& ls) noexcept {
   ChanHeader* prev = nullptr;
   for (std::size_t k = 0; k < ls.m; k++) {
     ChanHeader* c = ls.cases[ls.order[k]].c;
@@ -50,7 +50,7 @@ void lock_all(const LockSet& ls) noexcept {
 // Unlocks in reverse lock order. Each channel is unlocked at its lowest position in the
 // order, and the next entry is read before that unlock: the final unlock (of the lowest
 // channel, which a resumed task locks first) is the last access to ls's arrays.
-void unlock_all(const LockSet& ls) noexcept {
+[[gnu::always_inline]] inline void unlock_all(const LockSet& ls) noexcept {
   ChanHeader* c = ls.cases[ls.order[ls.m - 1]].c;
   for (std::size_t k = ls.m; k-- > 0;) {
     ChanHeader* below = k > 0 ? ls.cases[ls.order[k - 1]].c : nullptr;
