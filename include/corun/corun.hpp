@@ -1,6 +1,6 @@
 // corun/corun.hpp — everything public: include this, or one header per concern.
 #pragma once
 
+#include <corun/chan.hpp>
 #include <corun/runtime.hpp>
 #include <corun/sync.hpp>
-#include <corun/chan.hpp>
