@@ -191,8 +191,7 @@ void switch_direct(M* m, Task* from, Task* to, Action a) noexcept {
   to->state.store(TaskState::running, std::memory_order_relaxed);
   os::tls_running_stack = {to->stack.lo, static_cast<std::size_t>(to->stack.hi - to->stack.lo),
                            to->id};
-  from->eh.swap_with(m->eh_globals);
-  to->eh.swap_with(m->eh_globals);
+  EhState::hand_over(from->eh, m->eh_globals, to->eh);
   arch::san_before_switch(from->san, to->san, a == Action::exit);
   arch::corun_context_switch(&from->ctx, &to->ctx);
   arch::san_after_switch(from->san);

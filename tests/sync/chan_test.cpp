@@ -42,6 +42,7 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -1255,5 +1256,67 @@ TEST_SUITE("chan") {
       CHECK(out_of_range.load() == 0);
       if (!early_close) CHECK_MESSAGE(unsent == 0, "round " << round);
     }
+  }
+}
+
+// Hand-offs between two tasks on one P switch straight from task to task (no trip
+// through the scheduler), so the C++ exception state must travel on that path too: a
+// task parked in a catch block keeps its caught exception, and one parked in a
+// destructor during unwinding keeps std::uncaught_exceptions() == 1.
+TEST_SUITE("chan") {
+  TEST_CASE("exception state survives direct task-to-task hand-offs") {
+    corun::test::run([] {
+      corun::Chan<int> a, b;
+      corun::WaitGroup wg;
+      std::atomic<int> ok{0};
+      wg.add(2);
+      corun::go([&] {
+        try {
+          throw std::runtime_error("left");
+        } catch (const std::runtime_error& e) {
+          int bad = 0;
+          for (int i = 0; i < 1000; i++) {
+            a.send(i);
+            b.recv();
+            // The thread's exception record must be this task's after every resume.
+            bad += std::uncaught_exceptions() != 0;
+            try {
+              std::rethrow_exception(std::current_exception());
+            } catch (const std::runtime_error& again) {
+              bad += std::string(again.what()) != "left";
+            } catch (...) {
+              bad++;
+            }
+          }
+          if (bad == 0 && std::string(e.what()) == "left") ok++;
+        }
+        wg.done();
+      });
+      corun::go([&] {
+        struct Parker {
+          corun::Chan<int>& a;
+          corun::Chan<int>& b;
+          std::atomic<int>& ok;
+          ~Parker() {
+            int bad = std::uncaught_exceptions() != 1;
+            for (int i = 0; i < 1000; i++) {
+              a.recv();
+              b.send(i);
+              bad += std::uncaught_exceptions() != 1;  // still unwinding, after every resume
+            }
+            if (bad == 0) ok++;
+          }
+        };
+        try {
+          Parker p{a, b, ok};
+          throw std::logic_error("right");
+        } catch (const std::logic_error& e) {
+          if (std::string(e.what()) == "right" && std::uncaught_exceptions() == 0) ok++;
+        }
+        wg.done();
+      });
+      wg.wait();
+      CHECK(ok.load() == 3);
+    });
   }
 }
