@@ -7,6 +7,9 @@
 //   ready(task_id, p)            a parked task was made runnable by P p (-1: no P)
 //   steal(thief_p, victim_p, n)  P thief took n tasks from P victim
 //   spinning_idle(p)             an M found nothing, gave P p back, and goes to sleep
+//   chan_block(chan, is_send)    a send (1) or receive (0) on channel address chan waits
+//   select_block(ncases)         a select with ncases non-nil cases waits on all of them
+//   chan_close(chan, woken)      channel chan was closed, waking `woken` waiters
 // Use: perf buildid-cache --add ./app; perf list 'sdt_corun:*';
 //      perf probe sdt_corun:steal; perf record -e sdt_corun:steal -a -- ./app
 // Later layers add timer fire and pool batch moves with the same provider.

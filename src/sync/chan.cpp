@@ -21,6 +21,7 @@
 #include "os/futex.hpp"
 #include "os/thread.hpp"
 #include "sched/park.hpp"
+#include "sched/probes.hpp"
 #include "sync/chan_core.hpp"
 
 namespace corun::detail {
@@ -220,6 +221,7 @@ bool empty_hint(const ChanCore* c) noexcept {
 namespace {
 // The waiting halves, out of line so that the fast paths need no frame for a waiter.
 [[gnu::noinline]] void send_wait(ChanCore* c, void* src) {
+  CORUN_PROBE2(chan_block, c, 1);
   ChanWaiter w;
   w.task = sched::current_task();
   w.elem = src;
@@ -229,6 +231,7 @@ namespace {
 }
 
 [[gnu::noinline]] bool recv_wait(ChanCore* c, void* dst) {
+  CORUN_PROBE2(chan_block, c, 0);
   ChanWaiter w;
   w.task = sched::current_task();
   w.elem = dst;
@@ -299,6 +302,9 @@ void chan_close(ChanHeader* h) {
     }
   }
   chan_unlock(c);
+  int woken = 0;
+  for (ChanWaiter* w = wake; w; w = w->next) woken++;
+  CORUN_PROBE2(chan_close, c, woken);
   while (wake) {
     ChanWaiter* nx = wake->next;  // read before the wake: the node may vanish
     chan_wake(wake);

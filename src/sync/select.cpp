@@ -26,6 +26,7 @@
 
 #include "os/futex.hpp"
 #include "sched/park.hpp"
+#include "sched/probes.hpp"
 #include "sync/chan_core.hpp"
 
 namespace corun::detail {
@@ -166,6 +167,7 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
     w_heap = std::make_unique<ChanWaiter[]>(n);
     ws = w_heap.get();
   }
+  CORUN_PROBE1(select_block, m);
   SelectState st;
   sched::Task* self = sched::current_task();
   for (std::size_t k = 0; k < m; k++) {
