@@ -91,6 +91,9 @@ void chan_send(ChanHeader* c, void* src);   // nil: blocks forever
 bool chan_try_send(ChanHeader* c, void* src);
 bool chan_recv(ChanHeader* c, void* dst);  // true: a T was move-constructed at dst
 bool chan_try_recv(ChanHeader* c, void* dst);
+// Non-blocking receive that tells the cases apart: 1 received, 0 closed and drained,
+// -1 would block (Go's selectnbrecv; select(on_recv, otherwise) compiles to it).
+int chan_poll_recv(ChanHeader* c, void* dst);
 void chan_close(ChanHeader* c);
 std::size_t chan_size(const ChanHeader* c) noexcept;
 std::size_t chan_capacity(const ChanHeader* c) noexcept;
@@ -240,28 +243,62 @@ auto otherwise(F f) {
   return detail::DefaultCase<F>{std::move(f)};
 }
 
+namespace detail {
+// select(one channel case, otherwise()) is a non-blocking send or receive (as Go compiles
+// it): no poll order, no lock order, and the lock-free "would block" check of try_*.
+// Returns true if the channel case ran.
+template <class C>
+bool poll_case(C& c) {
+  if constexpr (requires { c.out; }) {
+    int r = chan_poll_recv(header_of(c.ch), c.out.raw());
+    if (r < 0) return false;
+    run_case(c, r == 1);
+    return true;
+  } else {
+    if (!chan_try_send(header_of(c.ch), &c.v)) return false;
+    c.f();
+    return true;
+  }
+}
+}  // namespace detail
+
 template <class... Cases>
 std::size_t select(Cases&&... cases) {
   constexpr std::size_t n = sizeof...(Cases);
   constexpr std::size_t ndefault =
       (std::size_t{0} + ... + detail::is_default_case<std::remove_cvref_t<Cases>>::value);
   static_assert(ndefault <= 1, "corun::select: at most one otherwise() case");
-  detail::SelectCase sc[n + 1];  // +1: select() with no case is legal (blocks forever)
-  std::size_t def = n;
-  {
-    std::size_t i = 0;
-    ((detail::fill_case(cases, sc[i]),
-      def = detail::is_default_case<std::remove_cvref_t<Cases>>::value ? i : def, ++i),
-     ...);
+  if constexpr (n == 2 && ndefault == 1) {
+    auto one = [](auto& first, auto& second) -> std::size_t {
+      if constexpr (detail::is_default_case<std::remove_cvref_t<decltype(first)>>::value) {
+        if (detail::poll_case(second)) return 1;
+        first.f();
+        return 0;
+      } else {
+        if (detail::poll_case(first)) return 0;
+        second.f();
+        return 1;
+      }
+    };
+    return one(cases...);
+  } else {
+    detail::SelectCase sc[n + 1];  // +1: select() with no case is legal (blocks forever)
+    std::size_t def = n;
+    {
+      std::size_t i = 0;
+      ((detail::fill_case(cases, sc[i]),
+        def = detail::is_default_case<std::remove_cvref_t<Cases>>::value ? i : def, ++i),
+       ...);
+    }
+    bool received = false;
+    std::size_t chosen = detail::select_impl(sc, n, ndefault == 0, &received);
+    if (chosen == n) chosen = def;
+    {
+      std::size_t i = 0;
+      ((i++ == chosen ? detail::run_case(cases, received) : void()), ...);
+    }
+    return chosen;
   }
-  bool received = false;
-  std::size_t chosen = detail::select_impl(sc, n, ndefault == 0, &received);
-  if (chosen == n) chosen = def;
-  {
-    std::size_t i = 0;
-    ((i++ == chosen ? detail::run_case(cases, received) : void()), ...);
-  }
-  return chosen;
 }
 
 }  // namespace corun

@@ -268,18 +268,22 @@ bool chan_recv(ChanHeader* h, void* dst) {
   return recv_wait(c, dst);
 }
 
-bool chan_try_recv(ChanHeader* h, void* dst) {
-  if (!h) return false;
+int chan_poll_recv(ChanHeader* h, void* dst) {
+  if (!h) return would_block() ? 0 : -1;
   ChanCore* c = core(h);
   if (empty_hint(c)) {
-    if (!c->closed.load(std::memory_order_acquire)) return would_block();
-    if (empty_hint(c)) return false;  // closed and drained
+    if (!c->closed.load(std::memory_order_acquire)) return would_block() ? 0 : -1;
+    if (empty_hint(c)) return 0;  // closed and drained
   }
   chan_lock(c);
   int r = recv_locked(c, dst);
-  if (r >= 0) return r == 1;
+  if (r >= 0) return r;
   chan_unlock(c);
-  return would_block();
+  return would_block() ? 0 : -1;
+}
+
+bool chan_try_recv(ChanHeader* h, void* dst) {
+  return chan_poll_recv(h, dst) == 1;
 }
 
 void chan_close(ChanHeader* h) {
