@@ -102,11 +102,17 @@ class LocalEnd {
 
   // runnext first, then the ring's head.
   Task* pop() noexcept {
+    if (Task* next = take_next()) return next;
+    return pop_ring();
+  }
+
+  // Empties runnext and returns what it held (nullptr if empty, or a thief got it first).
+  Task* take_next() noexcept {
     Task* next = q_.runnext.load(std::memory_order_relaxed);
     if (next && q_.runnext.compare_exchange_strong(next, nullptr, std::memory_order_acq_rel,
                                                    std::memory_order_relaxed))
       return next;
-    return pop_ring();
+    return nullptr;
   }
 
   Task* pop_ring() noexcept {

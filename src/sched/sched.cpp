@@ -100,10 +100,7 @@ void new_slice(P* p) noexcept {
 
 Task* runq_get(P* p) noexcept {
   LocalEnd local(p->runq);
-  Task* next = p->runq.runnext.load(std::memory_order_relaxed);
-  // acq_rel: a thief may CAS the slot too; whoever wins sees the task's record.
-  if (next && p->runq.runnext.compare_exchange_strong(next, nullptr, std::memory_order_acq_rel,
-                                                      std::memory_order_relaxed)) {
+  if (Task* next = local.take_next()) {
     if (!p->preempt.load(std::memory_order_relaxed)) return next;  // inherits the slice
     Task* head = local.pop_ring();
     new_slice(p);
@@ -199,6 +196,40 @@ void handoffp(Runtime* rt, P* p) {
   // Work may have arrived between the check and pidleput.
   full_fence();
   if (!rt->runq.empty_hint()) wakep(rt);
+}
+
+void handle_action(M* m, Task* t) noexcept {
+  Runtime* rt = m->rt;
+  Action a = m->action;
+  m->action = Action::none;
+  switch (a) {
+    case Action::park: {
+      t->state.store(TaskState::waiting, std::memory_order_relaxed);
+      void (*commit)(void*) = m->commit;
+      void* arg = m->commit_arg;
+      m->commit = nullptr;
+      CORUN_PROBE2(park, t->id, m->p ? m->p->id : -1);
+      commit(arg);  // after this, another thread may ready and run t
+      break;
+    }
+    case Action::yield:
+      runqput(rt, m->p, t, false);
+      break;
+    case Action::exit:
+      t->state.store(TaskState::dead, std::memory_order_relaxed);
+      task_free(rt, m->p, t);
+      break;
+    case Action::syscall_exit:
+      // Back from blocking() with no P free: the task waits in the global queue.
+      inject_global(rt, t);
+      break;
+    case Action::none:
+      std::fprintf(stderr,
+                   "corun: internal error: task %llu switched to the scheduler "
+                   "without saying why\n",
+                   static_cast<unsigned long long>(t->id));
+      std::abort();
+  }
 }
 
 namespace {
@@ -344,40 +375,6 @@ Task* find_runnable(M* m) {
     }
     CORUN_PROBE1(spinning_idle, p->id);
     stopm(m);
-  }
-}
-
-void handle_action(M* m, Task* t) {
-  Runtime* rt = m->rt;
-  Action a = m->action;
-  m->action = Action::none;
-  switch (a) {
-    case Action::park: {
-      t->state.store(TaskState::waiting, std::memory_order_relaxed);
-      void (*commit)(void*) = m->commit;
-      void* arg = m->commit_arg;
-      m->commit = nullptr;
-      CORUN_PROBE2(park, t->id, m->p ? m->p->id : -1);
-      commit(arg);  // after this, another thread may ready and run t
-      break;
-    }
-    case Action::yield:
-      runqput(rt, m->p, t, false);
-      break;
-    case Action::exit:
-      t->state.store(TaskState::dead, std::memory_order_relaxed);
-      task_free(rt, m->p, t);
-      break;
-    case Action::syscall_exit:
-      // Back from blocking() with no P free: the task waits in the global queue.
-      inject_global(rt, t);
-      break;
-    case Action::none:
-      std::fprintf(stderr,
-                   "corun: internal error: task %llu switched to the scheduler "
-                   "without saying why\n",
-                   static_cast<unsigned long long>(t->id));
-      std::abort();
   }
 }
 

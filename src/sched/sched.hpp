@@ -223,6 +223,10 @@ void task_free(Runtime* rt, P* p, Task* t) noexcept;  // dead task back to a cac
 Task* switch_to_task(M* m, Task* t) noexcept;
 void switch_to_g0(Task* t, Action a) noexcept;  // from a task
 void finish_switch(M* m) noexcept;              // first thing after a task is resumed
+// Completes what task t asked for when it left its M (m->action: park, yield, exit,
+// syscall_exit), once nothing runs on t's stack: on g0 after a switch to it, or in
+// finish_switch after a direct switch. sched.cpp.
+void handle_action(M* m, Task* t) noexcept;
 // This P's next local task (runnext, then the ring), with the time-slice rule: a task
 // from runnext inherits the slice unless sysmon asked for preemption, in which case it
 // goes to the ring's tail and the ring's head runs. nullptr if both are empty.

@@ -15,7 +15,6 @@
 #include <stdexcept>
 
 #include "sched/check.hpp"
-#include "sched/probes.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -229,19 +228,8 @@ void finish_switch(M* m) noexcept {
   Task* prev = m->prev;
   if (!prev) return;  // resumed by g0, which did the work itself
   m->prev = nullptr;
-  Action a = m->action;
-  m->action = Action::none;
-  check_left_stack(m, prev, a == Action::exit);
-  if (a == Action::park) {
-    prev->state.store(TaskState::waiting, std::memory_order_relaxed);
-    void (*commit)(void*) = m->commit;
-    m->commit = nullptr;
-    CORUN_PROBE2(park, prev->id, m->p->id);
-    commit(m->commit_arg);  // after this, another thread may ready and run prev
-  } else {
-    prev->state.store(TaskState::dead, std::memory_order_relaxed);
-    task_free(m->rt, m->p, prev);
-  }
+  check_left_stack(m, prev, m->action == Action::exit);
+  handle_action(m, prev);
 }
 
 void park(void (*commit)(void*), void* arg) noexcept {

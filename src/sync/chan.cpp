@@ -10,10 +10,7 @@
 // The loads are acquire so the second cannot be hoisted above the first.
 // A blocked task parks with the channel locked; the scheduler's commit hook unlocks it
 // once the task is off its stack, so no waker can resume a task still on its way out.
-#include <sched.h>
-
 #include <cstdint>
-#include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -23,6 +20,7 @@
 #include "sched/park.hpp"
 #include "sched/probes.hpp"
 #include "sync/chan_core.hpp"
+#include "sync/waiter.hpp"
 
 namespace corun::detail {
 
@@ -71,16 +69,8 @@ ChanWaiter* WaitQueue::dequeue_slow() noexcept {
 }
 
 void chan_wake(ChanWaiter* w) noexcept {
-  if (sched::Task* t = w->task) {
-    sched::ready(t);  // w may be gone once t runs
-    return;
-  }
-  std::atomic<std::uint32_t>* word = w->sel ? &w->sel->woken : &w->woken;
-  // release: the waiter, acquiring, sees the value we moved and `success`.
-  word->store(1, std::memory_order_release);
-  // The waiter may already have seen the store and returned; waking a dead private futex
-  // address is at worst a spurious wake-up for whoever waits there next.
-  os::futex_wake(word, 1);
+  // A select's waiters share one futex word (a foreign thread waits on all at once).
+  wake_task_or_thread(w->task, w->sel ? &w->sel->woken : &w->woken);
 }
 
 std::uint64_t chan_rand_seed() noexcept {
@@ -102,8 +92,32 @@ void wait_queued(ChanCore* c, ChanWaiter& w) noexcept {
     return;
   }
   chan_unlock(c);
-  // acquire: pairs with chan_wake's release.
-  while (w.woken.load(std::memory_order_acquire) == 0) os::futex_wait(&w.woken, 0);
+  sleep_until_woken(&w.woken);
+}
+
+// Queues a waiter for the calling task or thread on q (c locked; unlocked here) and waits;
+// returns its `success` (false: woken by close). Out of line, so that the fast paths need
+// no frame for a waiter.
+[[gnu::noinline]] bool wait_on(ChanCore* c, WaitQueue& q, void* elem, int is_send) {
+  CORUN_PROBE2(chan_block, c, is_send);
+  ChanWaiter w;
+  w.task = sched::current_task();
+  w.elem = elem;
+  q.push(&w);
+  wait_queued(c, w);
+  return w.success;
+}
+
+// Ends a step that moved something or found the channel closed: drops the lock, then
+// wakes the peer the step took.
+inline void finish_step(ChanCore* c, ChanWaiter* wake) noexcept {
+  chan_unlock(c);
+  if (wake) chan_wake(wake);
+}
+
+// Chan's byte allocation: the core, then the ring, aligned for both.
+std::size_t alloc_align(const ElemOps* ops) noexcept {
+  return ops->align > alignof(ChanCore) ? ops->align : alignof(ChanCore);
 }
 
 void noop_commit(void*) {}
@@ -123,7 +137,7 @@ void noop_commit(void*) {}
 // ---- the operations -------------------------------------------------------------------
 
 ChanHeader* chan_make(std::size_t capacity, const ElemOps* ops) {
-  std::size_t align = ops->align > alignof(ChanCore) ? ops->align : alignof(ChanCore);
+  std::size_t align = alloc_align(ops);
   std::size_t head = (sizeof(ChanCore) + ops->align - 1) & ~(ops->align - 1);
   std::size_t limit = (std::size_t{1} << 40) / (ops->size ? ops->size : 1);
   if (capacity > limit)
@@ -147,7 +161,7 @@ void chan_destroy(ChanHeader* h) noexcept {
     elem_destroy(c, c->slot(x));
     if (++x == c->cap) x = 0;
   }
-  std::size_t align = c->ops->align > alignof(ChanCore) ? c->ops->align : alignof(ChanCore);
+  std::size_t align = alloc_align(c->ops);
   c->~ChanCore();
   ::operator delete (static_cast<void*>(c), std::align_val_t{align});
 }
@@ -157,87 +171,20 @@ void chan_destroy(ChanHeader* h) noexcept {
                               " is negative; a capacity is 0 (unbuffered) or more");
 }
 
-bool would_block() noexcept {
-  sched::yield_if_preempted();  // a polling loop must not keep its P past its slice
-  return false;
+void polled_nothing() noexcept {
+  sched::yield_if_preempted();
 }
 
-namespace {
-[[noreturn]] void throw_send_closed() {
+void throw_send_closed() {
   throw closed_channel("corun: send on closed channel");
 }
 
+namespace {
 bool full_hint(const ChanCore* c) noexcept {
   return c->cap == 0 ? c->recvq.empty_hint() : c->count.load(std::memory_order_acquire) == c->cap;
 }
 bool empty_hint(const ChanCore* c) noexcept {
   return c->cap == 0 ? c->sendq.empty_hint() : c->count.load(std::memory_order_acquire) == 0;
-}
-
-// Sends under the lock if it can proceed. Returns true if done; false (lock still held)
-// if the caller must wait or give up. Throws (unlocked) if closed.
-[[gnu::always_inline]] inline bool send_locked(ChanCore* c, void* src) {
-  if (c->closed.load(std::memory_order_relaxed)) {
-    chan_unlock(c);
-    throw_send_closed();
-  }
-  if (ChanWaiter* r = c->recvq.dequeue()) {
-    chan_send_to_waiter(c, r, src);
-    chan_unlock(c);
-    chan_wake(r);
-    return true;
-  }
-  if (c->count.load(std::memory_order_relaxed) < c->cap) {
-    chan_buffer_put(c, src);
-    chan_unlock(c);
-    return true;
-  }
-  return false;
-}
-
-// Receives under the lock if it can proceed: 1 got a value, 0 closed and drained (both
-// unlocked); -1 must wait (lock still held).
-[[gnu::always_inline]] inline int recv_locked(ChanCore* c, void* dst) {
-  if (ChanWaiter* s = c->sendq.dequeue()) {
-    chan_recv_from_waiter(c, s, dst);
-    chan_unlock(c);
-    chan_wake(s);
-    return 1;
-  }
-  if (c->count.load(std::memory_order_relaxed) > 0) {
-    chan_buffer_take(c, dst);
-    chan_unlock(c);
-    return 1;
-  }
-  if (c->closed.load(std::memory_order_relaxed)) {
-    chan_unlock(c);
-    return 0;
-  }
-  return -1;
-}
-
-}  // namespace
-
-namespace {
-// The waiting halves, out of line so that the fast paths need no frame for a waiter.
-[[gnu::noinline]] void send_wait(ChanCore* c, void* src) {
-  CORUN_PROBE2(chan_block, c, 1);
-  ChanWaiter w;
-  w.task = sched::current_task();
-  w.elem = src;
-  c->sendq.push(&w);
-  wait_queued(c, w);
-  if (!w.success) throw_send_closed();  // woken by close
-}
-
-[[gnu::noinline]] bool recv_wait(ChanCore* c, void* dst) {
-  CORUN_PROBE2(chan_block, c, 0);
-  ChanWaiter w;
-  w.task = sched::current_task();
-  w.elem = dst;
-  c->recvq.push(&w);
-  wait_queued(c, w);
-  return w.success;  // false: woken by close
 }
 }  // namespace
 
@@ -245,41 +192,72 @@ void chan_send(ChanHeader* h, void* src) {
   if (!h) block_forever();
   ChanCore* c = core(h);
   chan_lock(c);
-  if (send_locked(c, src)) return;
-  send_wait(c, src);
+  ChanWaiter* wake;
+  Step st = send_step(c, src, &wake);
+  if (st == Step::blocked) {
+    if (!wait_on(c, c->sendq, src, 1)) throw_send_closed();  // woken by close
+    return;
+  }
+  finish_step(c, wake);
+  if (st == Step::closed) throw_send_closed();
 }
 
 bool chan_try_send(ChanHeader* h, void* src) {
-  if (!h) return false;
+  if (!h) {
+    polled_nothing();
+    return false;
+  }
   ChanCore* c = core(h);
-  if (!c->closed.load(std::memory_order_acquire) && full_hint(c)) return would_block();
+  if (!c->closed.load(std::memory_order_acquire) && full_hint(c)) {
+    polled_nothing();
+    return false;
+  }
   chan_lock(c);
-  if (send_locked(c, src)) return true;
-  chan_unlock(c);
-  return would_block();
+  ChanWaiter* wake;
+  Step st = send_step(c, src, &wake);
+  if (st == Step::blocked) {
+    chan_unlock(c);
+    polled_nothing();
+    return false;
+  }
+  finish_step(c, wake);
+  if (st == Step::closed) throw_send_closed();
+  return true;
 }
 
 bool chan_recv(ChanHeader* h, void* dst) {
   if (!h) block_forever();
   ChanCore* c = core(h);
   chan_lock(c);
-  int r = recv_locked(c, dst);
-  if (r >= 0) return r == 1;
-  return recv_wait(c, dst);
+  ChanWaiter* wake;
+  Step st = recv_step(c, dst, &wake);
+  if (st == Step::blocked) return wait_on(c, c->recvq, dst, 0);
+  finish_step(c, wake);
+  return st == Step::done;
 }
 
 int chan_poll_recv(ChanHeader* h, void* dst) {
-  if (!h) return would_block() ? 0 : -1;
-  ChanCore* c = core(h);
-  if (empty_hint(c)) {
-    if (!c->closed.load(std::memory_order_acquire)) return would_block() ? 0 : -1;
-    if (empty_hint(c)) return 0;  // closed and drained
+  ChanCore* c = h ? core(h) : nullptr;
+  // Lock-free "would block" (see the header comment): empty, then open.
+  bool worth_locking = c != nullptr;
+  if (c && empty_hint(c)) {
+    if (!c->closed.load(std::memory_order_acquire))
+      worth_locking = false;
+    else if (empty_hint(c))
+      return 0;  // closed and drained
   }
-  chan_lock(c);
-  int r = recv_locked(c, dst);
-  if (r >= 0) return r;
-  chan_unlock(c);
-  return would_block() ? 0 : -1;
+  if (worth_locking) {
+    chan_lock(c);
+    ChanWaiter* wake;
+    Step st = recv_step(c, dst, &wake);
+    if (st != Step::blocked) {
+      finish_step(c, wake);
+      return st == Step::done ? 1 : 0;
+    }
+    chan_unlock(c);
+  }
+  polled_nothing();
+  return -1;
 }
 
 bool chan_try_recv(ChanHeader* h, void* dst) {
@@ -298,16 +276,16 @@ void chan_close(ChanHeader* h) {
   // Collect every waiter (success stays false), then wake them without the lock.
   ChanWaiter* wake = nullptr;
   ChanWaiter** tail = &wake;
+  int woken = 0;
   for (WaitQueue* q : {&c->recvq, &c->sendq}) {
     while (ChanWaiter* w = q->dequeue()) {
       w->success = false;
       *tail = w;
       tail = &w->next;
+      woken++;
     }
   }
   chan_unlock(c);
-  int woken = 0;
-  for (ChanWaiter* w = wake; w; w = w->next) woken++;
   CORUN_PROBE2(chan_close, c, woken);
   while (wake) {
     ChanWaiter* nx = wake->next;  // read before the wake: the node may vanish

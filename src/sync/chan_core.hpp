@@ -80,7 +80,7 @@ struct WaitQueue {
 struct alignas(64) ChanCore : ChanHeader {
   std::atomic<std::uint32_t> lock{0};  // spin lock, see above; acquire/release
   // count and closed change only under lock; atomics so try_* can read them without it
-  // (acquire: see chan.cpp's would_block()).
+  // (acquire: see chan.cpp's header comment).
   std::atomic<std::size_t> count{0};
   std::atomic<bool> closed{false};
   std::size_t cap = 0;    // immutable
@@ -164,12 +164,49 @@ void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
   c->count.store(c->count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
+// One operation on one channel, with its lock held: the single step that send, recv,
+// the try_ forms (chan.cpp) and select's first pass (select.cpp) all take. `done`: the
+// value moved (to or from a waiter, or through the buffer); `closed`: a send must throw,
+// a receive found the channel closed and drained; `blocked`: nothing moved. *wake is a
+// waiter to wake once the lock is dropped, or nullptr.
+enum class Step : std::uint8_t { blocked, done, closed };
+
+[[gnu::always_inline]] inline Step send_step(ChanCore* c, void* src, ChanWaiter** wake) noexcept {
+  *wake = nullptr;
+  if (c->closed.load(std::memory_order_relaxed)) return Step::closed;
+  if ((*wake = c->recvq.dequeue())) {
+    chan_send_to_waiter(c, *wake, src);
+    return Step::done;
+  }
+  if (c->count.load(std::memory_order_relaxed) < c->cap) {
+    chan_buffer_put(c, src);
+    return Step::done;
+  }
+  return Step::blocked;
+}
+
+[[gnu::always_inline]] inline Step recv_step(ChanCore* c, void* dst, ChanWaiter** wake) noexcept {
+  *wake = nullptr;
+  if ((*wake = c->sendq.dequeue())) {
+    chan_recv_from_waiter(c, *wake, dst);
+    return Step::done;
+  }
+  if (c->count.load(std::memory_order_relaxed) > 0) {
+    chan_buffer_take(c, dst);
+    return Step::done;
+  }
+  if (c->closed.load(std::memory_order_relaxed)) return Step::closed;
+  return Step::blocked;
+}
+
+[[noreturn]] void throw_send_closed();
+
 // A nil channel, or a select that can never proceed: waits forever using no CPU.
 [[noreturn]] void block_forever() noexcept;
 
-// A non-blocking operation found nothing to do: returns false, after yielding if sysmon
-// asked this P to end its time slice (a polling loop must not hold a P forever).
-bool would_block() noexcept;
+// A non-blocking operation found nothing to do. A polling loop must not hold its P past
+// its time slice: yields if sysmon asked this P to end it.
+void polled_nothing() noexcept;
 
 // Per-thread random number for select's poll order (xorshift64; not for crypto). A task
 // that migrates simply continues another thread's sequence, which is as good.

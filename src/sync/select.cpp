@@ -24,10 +24,10 @@
 #include <memory>
 #include <stdexcept>
 
-#include "os/futex.hpp"
 #include "sched/park.hpp"
 #include "sched/probes.hpp"
 #include "sync/chan_core.hpp"
+#include "sync/waiter.hpp"
 
 namespace corun::detail {
 
@@ -66,10 +66,6 @@ void unlock_all_commit(void* arg) {
   unlock_all(ls);
 }
 
-[[noreturn]] void throw_send_closed() {
-  throw closed_channel("corun: send on closed channel");
-}
-
 }  // namespace
 
 std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* received) {
@@ -96,7 +92,10 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
     m++;
   }
   if (m == 0) {
-    if (!block) return would_block() ? 0 : n;
+    if (!block) {
+      polled_nothing();
+      return n;
+    }
     block_forever();  // Go: select {} or only nil channels
   }
 
@@ -117,46 +116,19 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
   for (std::size_t k = 0; k < m; k++) {
     std::size_t i = poll[k];
     ChanCore* c = core(cs[i].c);
-    if (cs[i].send) {
-      if (c->closed.load(std::memory_order_relaxed)) {
-        unlock_all(ls);
-        throw_send_closed();
-      }
-      if (ChanWaiter* r = c->recvq.dequeue()) {
-        chan_send_to_waiter(c, r, cs[i].elem);
-        unlock_all(ls);
-        chan_wake(r);
-        return i;
-      }
-      if (c->count.load(std::memory_order_relaxed) < c->cap) {
-        chan_buffer_put(c, cs[i].elem);
-        unlock_all(ls);
-        return i;
-      }
-    } else {
-      if (ChanWaiter* s = c->sendq.dequeue()) {
-        chan_recv_from_waiter(c, s, cs[i].elem);
-        unlock_all(ls);
-        chan_wake(s);
-        *received = true;
-        return i;
-      }
-      if (c->count.load(std::memory_order_relaxed) > 0) {
-        chan_buffer_take(c, cs[i].elem);
-        unlock_all(ls);
-        *received = true;
-        return i;
-      }
-      if (c->closed.load(std::memory_order_relaxed)) {
-        unlock_all(ls);
-        *received = false;
-        return i;
-      }
-    }
+    ChanWaiter* wake;
+    Step st = cs[i].send ? send_step(c, cs[i].elem, &wake) : recv_step(c, cs[i].elem, &wake);
+    if (st == Step::blocked) continue;
+    unlock_all(ls);
+    if (wake) chan_wake(wake);
+    if (cs[i].send && st == Step::closed) throw_send_closed();
+    *received = st == Step::done;
+    return i;
   }
   if (!block) {
     unlock_all(ls);
-    return would_block() ? 0 : n;
+    polled_nothing();
+    return n;
   }
 
   // 4. Queue a waiter on every case's channel, in lock order, and wait.
@@ -184,8 +156,7 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
     sched::park(unlock_all_commit, &ls);
   } else {
     unlock_all(ls);
-    // acquire: pairs with chan_wake's release (value, success, winner).
-    while (st.woken.load(std::memory_order_acquire) == 0) os::futex_wait(&st.woken, 0);
+    sleep_until_woken(&st.woken);  // sees the value, success and winner
   }
 
   // 5. Woken by the winner's peer: remove the other waiters.

@@ -70,22 +70,28 @@ void wait_pushed(WaitList& l, Waiter& w) noexcept {
     return;
   }
   waitlist_unlock(l);
-  // acquire: pairs with wake()'s release; we see what the waker did before waking us.
-  while (w.woken.load(std::memory_order_acquire) == 0) os::futex_wait(&w.woken, 0);
+  sleep_until_woken(&w.woken);
 }
 }  // namespace
 
 void wake(Waiter* w) noexcept {
-  sched::Task* t = w->task;
+  wake_task_or_thread(w->task, &w->woken);
+}
+
+void wake_task_or_thread(sched::Task* t, std::atomic<std::uint32_t>* word) noexcept {
   if (t) {
-    sched::ready(t);  // w may be gone once t runs
+    sched::ready(t);
     return;
   }
-  w->woken.store(1, std::memory_order_release);
+  word->store(1, std::memory_order_release);  // release: pairs with sleep_until_woken
   // If the waiter saw the store without sleeping, it may have returned already and this
   // wake hits a dead address: harmless for a private futex (at worst a spurious wake-up,
   // which every futex waiter tolerates).
-  os::futex_wake(&w->woken, 1);
+  os::futex_wake(word, 1);
+}
+
+void sleep_until_woken(std::atomic<std::uint32_t>* word) noexcept {
+  while (word->load(std::memory_order_acquire) == 0) os::futex_wait(word, 0);
 }
 
 }  // namespace corun::detail

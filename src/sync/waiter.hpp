@@ -41,4 +41,13 @@ void wait_locked_front(WaitList& l, Waiter& w) noexcept;
 // Wakes a waiter already removed from its list. Call without the list's lock if possible.
 void wake(Waiter* w) noexcept;
 
+// The two ways any corun wait ends, shared by wait lists and channels: a parked task is
+// made runnable (t != nullptr), or a foreign thread's futex word is set and woken. The
+// waker must read everything it needs from the waiter's node first: once woken, the
+// waiter returns and its node (on its stack) is gone.
+void wake_task_or_thread(sched::Task* t, std::atomic<std::uint32_t>* word) noexcept;
+// A foreign thread's side: sleeps until wake_task_or_thread set *word (acquire: it then
+// sees everything the waker wrote before waking it).
+void sleep_until_woken(std::atomic<std::uint32_t>* word) noexcept;
+
 }  // namespace corun::detail
