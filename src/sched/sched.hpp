@@ -179,7 +179,7 @@ struct Runtime {
   // What sysmon is doing while asleep: kSysmonWatching (ticking on blocking() calls),
   // kSysmonSlices (only running Ps: one look per time slice), kSysmonIdle (no deadline).
   // seq_cst store by sysmon, relaxed loads after a fence by kickers (sysmon_kick).
-  std::atomic<std::uint32_t> sysmon_idle{0};
+  std::atomic<std::uint32_t> sysmon_mode{0};
   // Set (relaxed) by a thread whose stack release left an allocator over keep_hot;
   // cleared by sysmon when it schedules a trim. A hint: sysmon re-checks under the lock.
   std::atomic<bool> stack_surplus{false};

@@ -148,10 +148,10 @@ void* sysmon_main(void* arg) {
     if (!watching) {
       // No blocking() call to watch. With Ps running, look again in one time slice;
       // with none, sleep until a kick: a P entering blocking() (sysmon_kick), a P
-      // started (startm, sysmon_wake_idle), the next trace or trim, or shutdown.
+      // started (acquirep, sysmon_wake_idle), the next trace or trim, or shutdown.
       const std::uint32_t mode = running ? kSysmonSlices : kSysmonIdle;
       rt->sysmon_note.clear();
-      rt->sysmon_idle.store(mode, std::memory_order_seq_cst);
+      rt->sysmon_mode.store(mode, std::memory_order_seq_cst);
       full_fence();
       bool any = false;
       for (P* p : rt->ps) {
@@ -167,7 +167,7 @@ void* sysmon_main(void* arg) {
         else
           rt->sysmon_note.sleep_until(until);
       }
-      rt->sysmon_idle.store(kSysmonWatching, std::memory_order_relaxed);
+      rt->sysmon_mode.store(kSysmonWatching, std::memory_order_relaxed);
       quiet = 0;
       tick = kTickNs;
       continue;  // (a kick for surplus stacks lands here and sets next_trim above)
@@ -202,7 +202,7 @@ void sysmon_kick(Runtime* rt) noexcept {
   // seq_cst fence: our P status store (before the call) vs sysmon's idle flag store,
   // store-buffering pattern; one of us sees the other.
   full_fence();
-  if (rt->sysmon_idle.load(std::memory_order_relaxed) != kSysmonWatching) rt->sysmon_note.wakeup();
+  if (rt->sysmon_mode.load(std::memory_order_relaxed) != kSysmonWatching) rt->sysmon_note.wakeup();
 }
 
 void sysmon_wake_idle(Runtime* rt) noexcept {
@@ -211,7 +211,7 @@ void sysmon_wake_idle(Runtime* rt) noexcept {
   // status scan, as in sysmon_kick). Only on an idle -> running transition of a P, which
   // already cost a futex wake or a thread start.
   full_fence();
-  if (rt->sysmon_idle.load(std::memory_order_relaxed) == kSysmonIdle) rt->sysmon_note.wakeup();
+  if (rt->sysmon_mode.load(std::memory_order_relaxed) == kSysmonIdle) rt->sysmon_note.wakeup();
 }
 
 }  // namespace corun::sched
