@@ -4,3 +4,4 @@
 #include <corun/chan.hpp>
 #include <corun/runtime.hpp>
 #include <corun/sync.hpp>
+#include <corun/time.hpp>

@@ -3,6 +3,9 @@
 // A thread holding lock N may take only locks listed after N. Locks not listed here do
 // not exist; adding one means adding it here first.
 //
+//   0. context node locks         (context/context.cpp: a parent's before its child's;
+//                                  cancel closes done channels and stops timers, so
+//                                  levels 1, 5 and 6 nest inside)
 //   1. sync WaitList::lock        (per WaitGroup/Mutex spin lock; held for a few
 //      sync ChanCore::lock         instructions; released before any wake-up, and by
 //                                  the scheduler's park commit once the task is off
@@ -12,6 +15,11 @@
 //   2. Runtime::lock              (sched.lock: idle P list, idle M list, all Ms)
 //   3. GlobalQueue::mu            (the global run queue)
 //   4. StackAllocator's mutex     (os/stack.cpp; slow path of task creation)
+//   5. TimerRec::mu               (timer/timer.cpp: serialises stop/reset/arm of one
+//                                  timer; never held while firing)
+//   6. TimerBucket::lock          (timer/bucket.hpp: one timer heap; a sleeping task
+//                                  holds its bucket's lock into park, and the commit
+//                                  hook drops it; firing happens after it is dropped)
 //
 // Lock-free, and so outside the order: each P's run queue (ring + runnext), the M park
 // notes (futex words), the counters npidle/nmspinning, P status words.

@@ -12,7 +12,10 @@ namespace corun::sched {
 
 struct Task;
 
-Task* current_task() noexcept;                         // nullptr outside a task
+Task* current_task() noexcept;  // nullptr outside a task
+// True in a task holding a P, where park() may be called; false on a thread that is not
+// the runtime's and inside blocking() (those wait by blocking their thread instead).
+bool can_park() noexcept;
 void park(void (*commit)(void*), void* arg) noexcept;  // from a task only
 void ready(Task* t) noexcept;                          // from any thread
 // A cooperative preemption point for loops that poll without blocking (try_recv,

@@ -39,6 +39,7 @@ std::atomic<Runtime*> g_runtime{nullptr};  // release on publish, acquire on rea
 std::atomic<bool> g_active{false};         // a run() is in progress
 
 void destroy_runtime(Runtime* rt) noexcept {
+  drain_timers(rt);  // timers still armed: unlinked (their records freed) before the Ps go
   for (P* p : rt->ps) {
     task_cache_drain(p);
     p->~P();
@@ -109,6 +110,7 @@ Runtime* boot(const Config& cfg, const os::Settings& s) {
     p->victims = rt->plan.victims[static_cast<std::size_t>(i)];
     p->stacks = rt->stacks[node >= 0 ? static_cast<std::size_t>(node) : 0].get();
     p->rng = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(i + 1);
+    p->tb = s.timers == os::TimerMode::global ? &rt->global_timers : &p->timers;
     rt->ps.push_back(p);
   }
   // P0 starts the main task; the others wait in the idle list, P1 on top.
@@ -143,9 +145,15 @@ void shutdown(Runtime* rt) {
     std::lock_guard<std::mutex> g(rt->lock);
     for (M* m = rt->midle; m; m = m->link) {
       m->nextp = nullptr;
+      m->in_midle = false;
       m->park.wakeup();
     }
     rt->midle = nullptr;
+    if (M* w = rt->watcher.load(std::memory_order_relaxed)) {
+      rt->watcher.store(nullptr, std::memory_order_relaxed);
+      w->nextp = nullptr;
+      w->park.wakeup();
+    }
   }
   sysmon_stop(rt);
   // Wait until every M has left or sits in a blocking() call.
@@ -295,7 +303,7 @@ void spawn_commit(void* closure) noexcept {
     p->stat_spawned.store(p->stat_spawned.load(std::memory_order_relaxed) + 1,
                           std::memory_order_relaxed);
     runqput(m->rt, p, t, true);
-    wakep(m->rt);
+    wakep_local(m->rt, p);
   } else {
     inject_global(m ? m->rt : current_runtime(), t);
   }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "arch/cpu.hpp"
 #include "os/thread.hpp"
 #include "sched/check.hpp"
 #include "sched/eh_state.hpp"
@@ -46,20 +47,53 @@ void pidleput(Runtime* rt, P* p) noexcept {
   rt->npidle.fetch_add(1, std::memory_order_seq_cst);  // seq_cst: spinning invariant
 }
 
-P* pidleget(Runtime* rt) noexcept {
-  P* p = rt->pidle;
+P* pidleget(Runtime* rt, P* pref) noexcept {
+  P** at = &rt->pidle;
+  if (pref && pref->status.load(std::memory_order_relaxed) == PStatus::idle) {
+    // Walk to it: idle transitions only, and the list is short where it is long-lived
+    // (a busy runtime has few idle Ps).
+    for (P** q = &rt->pidle; *q; q = &(*q)->link)
+      if (*q == pref) {
+        at = q;
+        break;
+      }
+  }
+  P* p = *at;
   if (p) {
-    rt->pidle = p->link;
+    *at = p->link;
     p->link = nullptr;
     rt->npidle.fetch_sub(1, std::memory_order_seq_cst);
   }
   return p;
 }
 
+namespace {
+// An idle M for p: preferably one already pinned to p's CPU (a re-pin migrates the
+// thread: ~50 µs of sched_setaffinity on this VM), else the most recently idled one.
+// Removes it from the idle list; nullptr if the list is empty. Under rt->lock.
+M* midleget(Runtime* rt, P* p) noexcept {
+  M** at = &rt->midle;
+  if (p && p->os_cpu >= 0)
+    for (M** q = &rt->midle; *q; q = &(*q)->link)
+      if ((*q)->pinned_cpu == p->os_cpu) {
+        at = q;
+        break;
+      }
+  M* m = *at;
+  if (m) {
+    *at = m->link;
+    m->link = nullptr;
+    m->in_midle = false;
+  }
+  return m;
+}
+}  // namespace
+
 void acquirep(M* m, P* p) noexcept {
   Runtime* rt = m->rt;
   p->m = m;
   m->p = p;
+  m->lastp = p;
   p->status.store(PStatus::running, std::memory_order_release);
   sysmon_wake_idle(rt);  // a P runs again: time slices to watch
   if (rt->settings.pin && rt->plan.pinnable && p->os_cpu >= 0 && m->pinned_cpu != p->os_cpu) {
@@ -131,11 +165,28 @@ void ready(Task* t) noexcept {
   CORUN_PROBE2(ready, t->id, (m && m->p) ? m->p->id : -1);
   if (m && m->p) {
     runqput(m->rt, m->p, t, true);
-    wakep(m->rt);
+    wakep_local(m->rt, m->p);
   } else {
     Runtime* rt = m ? m->rt : current_runtime();
     inject_global(rt, t);
   }
+}
+
+void wakep_local(Runtime* rt, P* p) noexcept {
+  if (p->defer_wake) {
+    p->defer_wake++;
+    return;
+  }
+  wakep(rt);
+}
+
+bool check_timers_local(Runtime* rt, P* p) noexcept {
+  p->defer_wake = 1;
+  bool ran = check_timers(rt, p);
+  // The first task they readied runs on this M next; only a second one needs another M.
+  if (p->defer_wake > 2) wakep(rt);
+  p->defer_wake = 0;
+  return ran;
 }
 
 void wakep(Runtime* rt) noexcept {
@@ -165,16 +216,24 @@ void startm(Runtime* rt, P* p, bool spinning) {
       if (spinning) rt->nmspinning.fetch_sub(1, std::memory_order_seq_cst);
       return;
     }
-    m = rt->midle;
-    if (m) rt->midle = m->link;
+    m = midleget(rt, p);
+    if (!m && (m = rt->watcher.load(std::memory_order_relaxed))) {
+      // The timer watcher only when no other M idles, so the watch rarely changes hands;
+      // with none idle there is nobody to hand it to (Ps are all running or starting).
+      rt->watcher.store(nullptr, std::memory_order_relaxed);
+      rt->watch_until.store(Runtime::kWatchNone, std::memory_order_seq_cst);
+    }
+    if (m) {
+      // Under the lock: the watcher, awake on its own, tells "handed a P" from "timer
+      // due" by reading watcher/nextp under this lock (watch_timers).
+      m->nextp = p;
+      m->spinning = spinning;
+    }
   }
-  if (!m) {
+  if (!m)
     new_m(rt, p, spinning);
-  } else {
-    m->nextp = p;
-    m->spinning = spinning;
+  else
     m->park.wakeup();  // release: publishes nextp/spinning
-  }
 }
 
 void handoffp(Runtime* rt, P* p) {
@@ -288,22 +347,103 @@ bool any_work(Runtime* rt) noexcept {
   return false;
 }
 
+// Sleeps on m's note until `until` (absolute monotonic ns) or a wake-up. With
+// CORUN_TIMER_SPIN_NS, wakes that much early and spins the rest, watching the note.
+void sleep_precise(M* m, std::int64_t until) noexcept {
+  const auto spin = static_cast<std::int64_t>(m->rt->settings.timer_spin_ns);
+  if (spin > 0) {
+    if (m->park.sleep_until(static_cast<std::uint64_t>(until - spin))) return;
+    while (!m->park.is_set() && static_cast<std::int64_t>(os::monotonic_ns()) < until)
+      arch::cpu_relax();
+    return;
+  }
+  m->park.sleep_until(static_cast<std::uint64_t>(until));
+}
+
+// The watcher's loop (timers.cpp header): sleep until the earliest timer deadline of all
+// buckets; run due timers, with an idle P if there is one. Returns when startm handed
+// this M a P (m->nextp), when it took an idle P for due timers (m->nextp), or at
+// shutdown. Entered as rt->watcher, with m's note cleared.
+void watch_timers(M* m) {
+  Runtime* rt = m->rt;
+  for (;;) {
+    // Publish "asleep with no deadline" first, then scan: an arm after our scan sees
+    // kNever and wakes us (seq_cst pair, timers.cpp).
+    rt->watch_until.store(timer::TimerHeap::kNever, std::memory_order_seq_cst);
+    std::int64_t until = earliest_timer(rt);
+    if (until != timer::TimerHeap::kNever) {
+      std::int64_t expect = timer::TimerHeap::kNever;
+      // Fails only if an armer already claimed the wake-up (our note is set).
+      rt->watch_until.compare_exchange_strong(expect, until, std::memory_order_seq_cst);
+      sleep_precise(m, until);
+    } else {
+      m->park.sleep();
+    }
+    std::int64_t now = 0;
+    {
+      std::lock_guard<std::mutex> g(rt->lock);
+      if (rt->watcher.load(std::memory_order_relaxed) != m) return;  // startm or shutdown
+      if (rt->stopping.load(std::memory_order_acquire)) return;
+      m->park.clear();  // under the lock: startm cannot be handing us a P meanwhile
+      now = static_cast<std::int64_t>(os::monotonic_ns());
+      if (earliest_timer(rt) <= now) {
+        // Our own P again if it is idle: this thread is pinned to its CPU.
+        if (P* p = pidleget(rt, m->lastp)) {
+          // Run them with a P (find_runnable does, then the tasks they readied). The
+          // watch passes to another idle M, if any, which starts a fresh scan.
+          rt->watcher.store(nullptr, std::memory_order_relaxed);
+          rt->watch_until.store(Runtime::kWatchNone, std::memory_order_seq_cst);
+          if (M* next = midleget(rt, nullptr)) {
+            rt->watcher.store(next, std::memory_order_release);
+            next->nextp = nullptr;
+            next->park.wakeup();
+          }
+          m->nextp = p;
+          return;
+        }
+      } else {
+        continue;  // woken by an arm, or early: scan again
+      }
+    }
+    // Every P is busy: run them here; what they ready goes through the global queue.
+    run_all_due_timers(rt, now);
+  }
+}
+
 // Parks this M until startm hands it a P (m->p set on return) or the runtime stops.
+// With no timer watcher, this M becomes it (watch_timers). An M leaves the idle list only
+// when someone removes it under rt->lock (startm, a watcher handing over the watch,
+// shutdown); any other wake-up — a stale timer_armed() aimed at a former watcher — is
+// spurious and it sleeps again.
 void stopm(M* m) {
   Runtime* rt = m->rt;
-  m->park.clear();
-  {
-    std::lock_guard<std::mutex> g(rt->lock);
+  std::unique_lock<std::mutex> g(rt->lock);
+  for (;;) {
     if (rt->stopping.load(std::memory_order_acquire)) return;
-    m->link = rt->midle;
-    rt->midle = m;
+    if (m->nextp) break;  // handed a P
+    M* w = rt->watcher.load(std::memory_order_relaxed);
+    if (!w || w == m) {  // w == m: the previous watcher handed us the watch
+      rt->watcher.store(m, std::memory_order_release);
+      m->park.clear();  // under the lock: every waker changes state under it first
+      g.unlock();
+      watch_timers(m);  // returns once it is not the watcher, or with a P, or stopping
+      g.lock();
+      continue;
+    }
+    if (!m->in_midle) {
+      m->link = rt->midle;
+      rt->midle = m;
+      m->in_midle = true;
+    }
+    m->park.clear();
+    g.unlock();
+    m->park.sleep();
+    g.lock();
   }
-  m->park.sleep();
-  if (m->nextp) {
-    P* p = m->nextp;
-    m->nextp = nullptr;
-    acquirep(m, p);
-  }
+  P* p = m->nextp;
+  m->nextp = nullptr;
+  g.unlock();
+  acquirep(m, p);
 }
 
 Task* find_runnable(M* m) {
@@ -316,10 +456,15 @@ Task* find_runnable(M* m) {
       continue;
     }
     Task* t = nullptr;
+    check_timers_local(rt, p);  // what they ready lands in runnext
     // Every 61st schedule, the global queue first (Go's fairness rule; a countdown, not a
     // division, on this path).
     if (--p->global_countdown == 0) {
       p->global_countdown = 61;
+      // Likewise every P's overdue timers, so a P stuck in one long task does not hold
+      // its timers back until sysmon looks (10 ms) while this one keeps scheduling.
+      if (rt->nprocs > 1 && rt->settings.timers == os::TimerMode::per_p && any_timer_due(rt))
+        run_all_due_timers(rt, static_cast<std::int64_t>(os::monotonic_ns()));
       if ((t = globrunqget(rt, p, 1))) {
         new_slice(p);
         return t;
@@ -343,6 +488,9 @@ Task* find_runnable(M* m) {
       }
     }
 
+    // Before idling: timers due on any P (one stuck in a long task, or idle).
+    if (run_all_due_timers(rt, static_cast<std::int64_t>(os::monotonic_ns()))) continue;
+
     // Nothing anywhere: give the P back.
     {
       std::lock_guard<std::mutex> g(rt->lock);
@@ -362,7 +510,7 @@ Task* find_runnable(M* m) {
       P* np = nullptr;
       {
         std::lock_guard<std::mutex> g(rt->lock);
-        np = pidleget(rt);
+        np = pidleget(rt, m->lastp);
       }
       if (np) {
         acquirep(m, np);

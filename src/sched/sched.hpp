@@ -51,6 +51,7 @@
 #include "sched/note.hpp"
 #include "sched/runq.hpp"
 #include "sched/task.hpp"
+#include "timer/bucket.hpp"
 
 namespace corun::sched {
 
@@ -86,6 +87,9 @@ struct alignas(64) P {
   std::uint32_t nfree = 0;
   std::uint64_t next_id = 0, end_id = 0;  // task-id cache, refilled in batches
   std::uint64_t rng = 0;                  // for victim tie-breaking
+  // Owner-only: non-zero while check_timers_local runs this P's timers; counts the
+  // wake-ups it deferred, plus one.
+  std::uint32_t defer_wake = 0;
 
   // Incremented by the owner at each blocking() entry; read by sysmon to tell a long
   // blocking call from a new one (relaxed: a stale read only delays a retake one tick).
@@ -108,6 +112,13 @@ struct alignas(64) P {
   std::atomic<std::uint64_t> stat_steals{0};  // tasks this P stole
   std::atomic<std::uint64_t> stat_spawned{0};
 
+  // Timers armed by this P's tasks (CORUN_TIMERS=per-p). The timer layer locks and
+  // changes it; the scheduler reads its published `earliest` (timer/bucket.hpp).
+  timer::TimerBucket timers;
+  // Where this P's tasks arm timers: &timers, or &Runtime::global_timers in
+  // CORUN_TIMERS=global. Immutable after boot.
+  timer::TimerBucket* tb = nullptr;
+
   P* link = nullptr;  // idle list, guarded by Runtime::lock
 };
 
@@ -128,7 +139,8 @@ struct M {
   Task* curg = nullptr;
   P* p = nullptr;
   P* nextp = nullptr;
-  P* oldp = nullptr;  // the P it held when it entered blocking()
+  P* oldp = nullptr;   // the P it held when it entered blocking()
+  P* lastp = nullptr;  // the P it held last (its thread is pinned to that P's CPU)
   bool spinning = false;
   int pinned_cpu = -2;  // -2 never pinned; -1 unpinned
 
@@ -145,6 +157,7 @@ struct M {
   bool exited = false;    // set by the thread when it leaves its loop (under rt->lock)
   bool detached = false;  // left in a blocking call at shutdown (under rt->lock)
   M* link = nullptr;      // idle list, guarded by Runtime::lock
+  bool in_midle = false;  // in the idle list; guarded by Runtime::lock
 };
 
 struct Runtime {
@@ -190,6 +203,18 @@ struct Runtime {
 
   std::unique_ptr<RunnextBackoff> backoff;
   std::uint64_t start_ns = 0;
+
+  // Timers (sched/timers.cpp). CORUN_TIMERS=global: the one heap every P arms in.
+  timer::TimerBucket global_timers;
+  // The idle M that sleeps until the earliest timer deadline of all buckets (Go's
+  // netpoller sleeping in epoll with the timer timeout). At most one; it is not in midle.
+  // Written under lock; read lock-free by timer_armed() to wake it (acquire/release).
+  std::atomic<M*> watcher{nullptr};
+  // The deadline the watcher sleeps until: kWatchNone when no watcher sleeps (or it has
+  // already been woken), TimerHeap::kNever when it sleeps without a deadline. seq_cst:
+  // pairs with the buckets' `earliest` stores (timer/bucket.hpp).
+  std::atomic<std::int64_t> watch_until{kWatchNone};
+  static constexpr std::int64_t kWatchNone = INT64_MIN;
 };
 
 // ---- the current thread -------------------------------------------------------------
@@ -205,9 +230,14 @@ Runtime* current_runtime() noexcept;  // the running runtime, or nullptr
 void mstart(M* m);  // thread body of every M
 M* new_m(Runtime* rt, P* p, bool spinning);
 void wakep(Runtime* rt) noexcept;  // start a spinning M if useful
+// wakep after the owner of p queued a task on p, unless p is running timers on its way to
+// pick a task (check_timers_local): then the first readied task needs no other M.
+void wakep_local(Runtime* rt, P* p) noexcept;
+bool check_timers_local(Runtime* rt, P* p) noexcept;  // check_timers, deferring wake-ups
 void startm(Runtime* rt, P* p, bool spinning);
-void handoffp(Runtime* rt, P* p);           // find an M for p, or idle it
-P* pidleget(Runtime* rt) noexcept;          // under rt->lock
+void handoffp(Runtime* rt, P* p);  // find an M for p, or idle it
+// Under rt->lock: an idle P, `pref` if it is idle; nullptr if none is.
+P* pidleget(Runtime* rt, P* pref = nullptr) noexcept;
 void pidleput(Runtime* rt, P* p) noexcept;  // under rt->lock
 void acquirep(M* m, P* p) noexcept;
 void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept;  // owner of p only
@@ -237,6 +267,29 @@ void task_cache_drain(P* p) noexcept;  // at shutdown
 Task* current_task() noexcept;         // nullptr outside a task
 
 std::unique_ptr<RunnextBackoff> make_backoff(const os::Backoff& b);  // backoff.cpp
+
+// ---- timers (timers.cpp) -------------------------------------------------------------
+// The timer layer's side, registered by src/timer/timer.cpp at static initialisation
+// (the scheduler includes nothing above it): run every timer of bucket b due at now
+// (fires them outside the bucket's lock); unlink everything at runtime destruction.
+using RunTimersFn = void (*)(timer::TimerBucket* b, std::int64_t now) noexcept;
+using DrainTimersFn = void (*)(timer::TimerBucket* b) noexcept;
+void register_timer_hooks(RunTimersFn run, DrainTimersFn drain) noexcept;
+// The bucket a timer armed by the caller goes into: its P's, or for a thread without a
+// P (foreign thread, sysmon) one chosen by thread; *rt gets the runtime. nullptr when no
+// runtime runs.
+timer::TimerBucket* caller_bucket(Runtime** rt) noexcept;
+// A bucket's earliest deadline just became `when` (called after its lock is dropped):
+// wakes the watcher if it sleeps past it.
+void timer_armed(Runtime* rt, std::int64_t when) noexcept;
+// Runs p's own due timers if its earliest deadline has passed (one clock read when it
+// has timers, none when it has none). True if it ran the hook.
+bool check_timers(Runtime* rt, P* p) noexcept;
+// Runs the due timers of every bucket; true if any bucket was due.
+bool run_all_due_timers(Runtime* rt, std::int64_t now) noexcept;
+std::int64_t earliest_timer(Runtime* rt) noexcept;  // over all buckets; kNever if none
+bool any_timer_due(Runtime* rt) noexcept;           // some bucket's earliest has passed
+void drain_timers(Runtime* rt) noexcept;            // at destruction
 
 // ---- sysmon (sysmon.cpp) -------------------------------------------------------------
 void sysmon_start(Runtime* rt);

@@ -6,9 +6,11 @@
 // channel operation: corun cannot interrupt C++ code, Go preempts asynchronously); print
 // CORUN_DEBUG=schedtrace lines. It sleeps on a futex note with an absolute deadline:
 // 20 µs ticks while some P is in blocking(), doubling up to 10 ms after 50 quiet ticks
-// (Go's schedule); 10 ms while Ps only run tasks; no deadline at all when every P is
-// idle — entering blocking() (sysmon_kick) or a P starting (acquirep) wakes it. An idle
-// runtime therefore costs no wake-ups, a busy one 100 per second.
+// (Go's schedule); 10 ms while Ps only run tasks, and for the first second every P is
+// idle; then no deadline at all — entering blocking() (sysmon_kick) or a P starting
+// (acquirep) wakes it. An idle runtime therefore costs no wake-ups, a busy one 100 per
+// second. It also runs overdue timers when Ps run and no idle M watches them
+// (sched/timers.cpp), so a P stuck in one long task holds its timers back 10 ms at most.
 // Rejected: handing the P off at every blocking() entry (Go's entersyscallblock) — a
 // futex wake and a thread switch per call, even for calls that return in a microsecond.
 #include <cstdio>
@@ -27,6 +29,7 @@ constexpr std::uint64_t kMaxTickNs = 10'000'000;
 constexpr std::uint64_t kForceRetakeNs = 10'000'000;
 constexpr std::uint64_t kSliceNs = 10'000'000;    // Go's forcePreemptNS
 constexpr std::uint64_t kTrimNs = 1'000'000'000;  // idle task stacks go back after 1-2 s
+constexpr int kIdleRounds = 100;  // one second of 10 ms looks before sleeping for good
 
 // Returns idle task stacks' memory to the OS (os/stack.hpp trim()); true if some
 // allocator still holds more than it keeps, so another trim is due.
@@ -123,6 +126,7 @@ void* sysmon_main(void* arg) {
   std::uint64_t tick = kTickNs;
   std::uint64_t next_trim = 0;  // 0: no trim due (nothing surplus when we last looked)
   int quiet = 0;
+  int idle_rounds = 0;  // consecutive looks with every P idle
   while (!rt->stopping.load(std::memory_order_acquire)) {
     std::uint64_t now = os::monotonic_ns();
     bool watching = false, running = false;
@@ -145,21 +149,28 @@ void* sysmon_main(void* arg) {
     } else if (++quiet > 50 && tick < kMaxTickNs) {
       tick *= 2;
     }
+    // Timers of Ps stuck in long tasks when no idle M watches them (sched/timers.cpp).
+    if (running && !rt->watcher.load(std::memory_order_relaxed))
+      run_all_due_timers(rt, static_cast<std::int64_t>(now));
+    idle_rounds = running ? 0 : idle_rounds + 1;
     if (!watching) {
       // No blocking() call to watch. With Ps running, look again in one time slice;
-      // with none, sleep until a kick: a P entering blocking() (sysmon_kick), a P
-      // started (acquirep, sysmon_wake_idle), the next trace or trim, or shutdown.
-      const std::uint32_t mode = running ? kSysmonSlices : kSysmonIdle;
+      // likewise for the first second all are idle (a P that idles between sleeps
+      // and wakes every few µs must not pay a futex wake of sysmon each time); after
+      // that, sleep until a kick: a P entering blocking() (sysmon_kick), a P started
+      // (acquirep, sysmon_wake_idle), the next trace or trim, or shutdown.
+      const bool deep = !running && idle_rounds > kIdleRounds;
+      const std::uint32_t mode = deep ? kSysmonIdle : kSysmonSlices;
       rt->sysmon_note.clear();
       rt->sysmon_mode.store(mode, std::memory_order_seq_cst);
       full_fence();
       bool any = false;
       for (P* p : rt->ps) {
         PStatus st = p->status.load(std::memory_order_relaxed);
-        any |= running ? st == PStatus::syscall : st != PStatus::idle;
+        any |= deep ? st != PStatus::idle : st == PStatus::syscall;
       }
       if (!any && !rt->stopping.load(std::memory_order_acquire)) {
-        std::uint64_t until = running ? now + kSliceNs : UINT64_MAX;
+        std::uint64_t until = deep ? UINT64_MAX : now + kSliceNs;
         if (trace_ns && next_trace < until) until = next_trace;
         if (next_trim && next_trim < until) until = next_trim;
         if (until == UINT64_MAX)

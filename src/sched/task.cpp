@@ -256,6 +256,11 @@ Task* current_task() noexcept {
   return m ? m->curg : nullptr;
 }
 
+bool can_park() noexcept {
+  M* m = current_m();
+  return m && m->curg && m->p;
+}
+
 namespace {
 
 [[noreturn]] void task_entry(void* arg) noexcept {

@@ -27,7 +27,7 @@
 
 #include <corun/chan.hpp>
 
-#include "sync/spinlock.hpp"
+#include "arch/spinlock.hpp"
 
 namespace corun::sched {
 struct Task;

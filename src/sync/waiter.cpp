@@ -3,7 +3,7 @@
 
 #include "os/futex.hpp"
 #include "sched/park.hpp"
-#include "sync/spinlock.hpp"
+#include "arch/spinlock.hpp"
 
 namespace corun::detail {
 

@@ -1,4 +1,4 @@
-// sync/spinlock.hpp — the tiny lock of wait lists and channels (lock_order.hpp #1).
+// arch/spinlock.hpp — the tiny lock of wait lists, channels and timer heaps (lock_order.hpp).
 //
 // A test-and-test-and-set lock on one 32-bit word: 0 free, 1 held. It is held for a few
 // dozen instructions and never across a park (the scheduler's commit hook drops it once

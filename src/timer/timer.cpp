@@ -1,0 +1,292 @@
+// timer/timer.cpp — arming, stopping, resetting and firing timers; the public Timer,
+// after_func, new_timer, after and Ticker.
+//
+// Arming puts the record in the caller's bucket (its P's heap, sched::caller_bucket) and,
+// when it became that bucket's earliest deadline, tells the scheduler (timer_armed), which
+// wakes the idle watcher only if it sleeps past it. Firing is run_bucket(), the hook the
+// scheduler calls for a bucket whose earliest deadline has passed: it pops due records
+// under the bucket lock (at most kBatch per lock hold, so a P arming timers is never held
+// off for long), then fires them with no lock held: ready the sleeper, spawn fn's task, or
+// try_send the time. A chan timer's send never blocks: a full channel drops the value
+// (Go's sendTime), which is also how a Ticker drops ticks for a slow reader.
+// Invariants: see timer.hpp (states, lifetime). A record is never fired before its
+// deadline: run_bucket pops only `when <= now`, with `now` read after the caller saw
+// earliest <= now on the same clock.
+// Rejected: firing under the bucket lock (fn's task creation and channel locks would nest
+// inside it and stretch every other P's stop/reset); Go's adjusttimers pass (it exists
+// for its lock-free status machine; corun's stop/reset edit the heap in place).
+#include "timer/timer.hpp"
+
+#include <cerrno>
+#include <ctime>
+#include <stdexcept>
+#include <vector>
+
+#include <corun/runtime.hpp>
+
+#include "os/thread.hpp"
+#include "sched/park.hpp"
+#include "sched/sched.hpp"
+
+namespace corun::detail {
+
+namespace {
+
+using timer::TimerBucket;
+using timer::TimerHeap;
+
+std::int64_t now_ns() noexcept {
+  return static_cast<std::int64_t>(os::monotonic_ns());
+}
+
+void release_rec(TimerRec* t) noexcept {
+  // acq_rel: the last owner sees every other owner's writes before deleting.
+  if (t->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete t;
+}
+
+// Stores b's heap minimum into b->earliest if it changed; b->lock held.
+// Returns true if the earliest deadline moved earlier (the watcher may need waking).
+bool publish_earliest(TimerBucket* b) noexcept {
+  std::int64_t e = b->heap.earliest();
+  std::int64_t old = b->earliest.load(std::memory_order_relaxed);
+  if (e == old) return false;
+  b->earliest.store(e, std::memory_order_seq_cst);  // seq_cst: timer_armed's pair
+  return e < old;
+}
+
+// Locks and returns the bucket t is armed in, or nullptr if t is inactive.
+// Called with t->mu held, so nobody else can arm t meanwhile.
+TimerBucket* lock_bucket(TimerRec* t) noexcept {
+  TimerBucket* b = t->bucket.load(std::memory_order_acquire);
+  if (!b) return nullptr;
+  b->acquire();
+  if (t->bucket.load(std::memory_order_relaxed) == b) return b;
+  b->release();  // popped for firing meanwhile
+  return nullptr;
+}
+
+// Arms inactive t to fire at `when` in the caller's bucket; t->mu held (or t private).
+// The heap takes a reference for counted records. Throws std::logic_error outside run().
+void arm(TimerRec* t, std::int64_t when, const char* what) {
+  sched::Runtime* rt = nullptr;
+  TimerBucket* b = sched::caller_bucket(&rt);
+  if (!b) throw std::logic_error(std::string(what) + " called outside corun::run: no runtime");
+  if (t->kind != TimerKind::wake) t->refs.fetch_add(1, std::memory_order_relaxed);
+  t->rt = rt;
+  b->acquire();
+  t->when = when;
+  b->heap.push(t);
+  t->bucket.store(b, std::memory_order_release);
+  bool earlier = publish_earliest(b);
+  b->release();
+  if (earlier) sched::timer_armed(rt, when);
+}
+
+void fire(TimerRec* t, std::int64_t now) noexcept {
+  switch (t->kind) {
+    case TimerKind::wake:
+      sched::ready(t->task);  // the record is gone once the task runs
+      return;
+    case TimerKind::func:
+      try {
+        // The task holds the firer's reference until fn returns.
+        corun::go([t] {
+          struct Drop {
+            TimerRec* t;
+            ~Drop() { release_rec(t); }
+          } drop{t};
+          t->fn();
+        });
+      } catch (...) {
+        // No runtime any more (shutdown) or no memory for the task: the firing is lost
+        // with the runtime, like every task still queued then.
+        release_rec(t);
+      }
+      return;
+    case TimerKind::chan:
+      try {
+        t->ch.try_send(Clock::time_point(std::chrono::nanoseconds(now)));
+      } catch (const closed_channel&) {
+        // The user closed the timer's channel: nothing to deliver.
+      }
+      release_rec(t);
+      return;
+  }
+}
+
+constexpr int kBatch = 64;
+
+// The scheduler's run hook: fires every record of b due at `now`.
+void run_bucket(TimerBucket* b, std::int64_t now) noexcept {
+  for (;;) {
+    TimerRec* due[kBatch];
+    int n = 0;
+    b->acquire();
+    while (n < kBatch) {
+      timer::TimerNode* top = b->heap.top();
+      if (!top || top->when > now) break;
+      auto* t = static_cast<TimerRec*>(top);
+      if (t->period > 0) {
+        // The next tick after now (missed ticks are skipped, as Go's).
+        std::int64_t steps = 1 + (now - t->when) / t->period, next = 0;
+        if (__builtin_mul_overflow(steps, t->period, &next) ||
+            __builtin_add_overflow(next, t->when, &next))
+          next = TimerHeap::kNever;  // beyond the clock's range: no more ticks
+        b->heap.update(t, next);
+        t->refs.fetch_add(1, std::memory_order_relaxed);  // the firer's own reference
+      } else {
+        b->heap.remove(t);
+        // relaxed: bucket lock holders and mu holders (through lock_bucket's re-check
+        // under the lock) are the only readers that act on it.
+        t->bucket.store(nullptr, std::memory_order_relaxed);
+      }
+      due[n++] = t;
+    }
+    publish_earliest(b);
+    b->release();
+    for (int i = 0; i < n; i++) fire(due[i], now);
+    if (n < kBatch) return;
+  }
+}
+
+// At runtime destruction: unlinks every armed record (their heap references dropped).
+void drain_bucket(TimerBucket* b) noexcept {
+  std::vector<TimerRec*> recs;
+  b->acquire();
+  while (timer::TimerNode* top = b->heap.pop()) {
+    auto* t = static_cast<TimerRec*>(top);
+    t->bucket.store(nullptr, std::memory_order_relaxed);
+    if (t->kind != TimerKind::wake) recs.push_back(t);  // sleepers: abandoned tasks
+  }
+  b->earliest.store(TimerHeap::kNever, std::memory_order_seq_cst);
+  b->release();
+  for (TimerRec* t : recs) release_rec(t);  // may run fn's captured destructors
+}
+
+[[maybe_unused]] const bool g_registered = [] {
+  sched::register_timer_hooks(run_bucket, drain_bucket);
+  return true;
+}();
+
+TimerRec* new_rec(TimerKind kind) {
+  auto* t = new TimerRec();
+  t->kind = kind;
+  return t;
+}
+
+struct MuGuard {
+  TimerRec* t;
+  explicit MuGuard(TimerRec* r) noexcept : t(r) { spin_lock(t->mu); }
+  ~MuGuard() { spin_unlock(t->mu); }
+};
+
+// Removes t from its heap if armed; t->mu held. True if it was armed.
+bool disarm(TimerRec* t) noexcept {
+  TimerBucket* b = lock_bucket(t);
+  if (!b) return false;
+  b->heap.remove(t);
+  t->bucket.store(nullptr, std::memory_order_relaxed);
+  publish_earliest(b);
+  b->release();
+  if (t->kind != TimerKind::wake) release_rec(t);  // the heap's reference (never the last)
+  return true;
+}
+
+}  // namespace
+
+std::int64_t deadline_after(Duration d) noexcept {
+  std::int64_t now = now_ns();
+  std::int64_t n = d.count();
+  if (n <= 0) return now;
+  if (n >= TimerHeap::kNever - now) return TimerHeap::kNever;
+  return now + n;
+}
+
+void timer_release(TimerRec* t) noexcept {
+  release_rec(t);
+}
+
+bool timer_stop(TimerRec* t) noexcept {
+  MuGuard g(t);
+  return disarm(t);
+}
+
+bool timer_reset(TimerRec* t, Duration d) {
+  std::int64_t when = deadline_after(d);
+  MuGuard g(t);
+  if (TimerBucket* b = lock_bucket(t)) {
+    // Active: move it within its heap (it stays on the P it was armed on).
+    b->heap.update(t, when);
+    bool earlier = publish_earliest(b);
+    b->release();
+    if (earlier) sched::timer_armed(t->rt, when);
+    return true;
+  }
+  arm(t, when, "corun::Timer::reset");
+  return false;
+}
+
+bool timer_active(TimerRec* t) noexcept {
+  // acquire: a snapshot; the answer may be stale by the time the caller looks at it.
+  return t->bucket.load(std::memory_order_acquire) != nullptr;
+}
+
+Chan<Clock::time_point> timer_channel(TimerRec* t) {
+  return t->ch;  // nil for after_func timers
+}
+
+}  // namespace corun::detail
+
+namespace corun {
+
+using detail::TimerKind;
+using detail::TimerRec;
+
+Timer after_func(Duration d, std::function<void()> fn) {
+  TimerRec* t = detail::new_rec(TimerKind::func);
+  Timer handle(t);  // owns the first reference from here on
+  t->fn = std::move(fn);
+  detail::arm(t, detail::deadline_after(d), "corun::after_func");
+  return handle;
+}
+
+Timer new_timer(Duration d) {
+  TimerRec* t = detail::new_rec(TimerKind::chan);
+  Timer handle(t);
+  t->ch = Chan<Clock::time_point>(1);
+  detail::arm(t, detail::deadline_after(d), "corun::new_timer");
+  return handle;
+}
+
+Chan<Clock::time_point> after(Duration d) {
+  return new_timer(d).channel();  // the heap's reference keeps it until it fires
+}
+
+namespace {
+void check_period(Duration period, const char* what) {
+  if (period.count() <= 0)
+    throw std::invalid_argument(std::string(what) + ": period must be positive, got " +
+                                std::to_string(period.count()) + " ns");
+}
+}  // namespace
+
+Ticker::Ticker(Duration period) {
+  check_period(period, "corun::Ticker");
+  TimerRec* t = detail::new_rec(TimerKind::chan);
+  t_ = Timer(t);
+  t->ch = Chan<Clock::time_point>(1);
+  t->period = period.count();
+  detail::arm(t, detail::deadline_after(period), "corun::Ticker");
+}
+
+void Ticker::reset(Duration period) {
+  check_period(period, "corun::Ticker::reset");
+  TimerRec* t = t_.rec_;
+  if (!t) throw std::logic_error("corun::Ticker::reset on a moved-from Ticker");
+  detail::MuGuard g(t);
+  detail::disarm(t);
+  t->period = period.count();  // not armed: only mu holders touch it now
+  detail::arm(t, detail::deadline_after(period), "corun::Ticker::reset");
+}
+
+}  // namespace corun
