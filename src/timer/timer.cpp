@@ -25,6 +25,7 @@
 #include <corun/runtime.hpp>
 
 #include "os/thread.hpp"
+#include "sched/check.hpp"
 #include "sched/park.hpp"
 #include "sched/sched.hpp"
 
@@ -47,6 +48,9 @@ void release_rec(TimerRec* t) noexcept {
 // Stores b's heap minimum into b->earliest if it changed; b->lock held.
 // Returns true if the earliest deadline moved earlier (the watcher may need waking).
 bool publish_earliest(TimerBucket* b) noexcept {
+  // Debug builds walk small heaps after every change (Go's verifyTimerHeap).
+  CORUN_DCHECK(b->heap.size() > 4096 || b->heap.verify(), "timer heap %p out of order",
+               static_cast<void*>(b));
   std::int64_t e = b->heap.earliest();
   std::int64_t old = b->earliest.load(std::memory_order_relaxed);
   if (e == old) return false;
