@@ -2,6 +2,7 @@
 #pragma once
 
 #include <corun/chan.hpp>
+#include <corun/context.hpp>
 #include <corun/runtime.hpp>
 #include <corun/sync.hpp>
 #include <corun/time.hpp>

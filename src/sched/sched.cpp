@@ -237,7 +237,11 @@ void startm(Runtime* rt, P* p, bool spinning) {
 }
 
 void handoffp(Runtime* rt, P* p) {
-  if (!p->runq.empty_hint() || !rt->runq.empty_hint()) {
+  // Work, or timers that no idle M watches (the M stuck in blocking() was the only one
+  // looking at them): give the P an M, which runs them or idles and becomes the watcher.
+  if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
+      (p->tb->earliest.load(std::memory_order_relaxed) != timer::TimerHeap::kNever &&
+       !rt->watcher.load(std::memory_order_relaxed))) {
     startm(rt, p, false);
     return;
   }
@@ -446,6 +450,25 @@ void stopm(M* m) {
   acquirep(m, p);
 }
 
+// Spins (cpu_relax, clock-checked) until the earliest timer of any P is due, if it is
+// due within the spin window — max(kShortWaitNs, CORUN_TIMER_SPIN_NS) — or until work
+// shows up in p's queue or the global queue. True if it spun (the caller looks again).
+constexpr std::int64_t kShortWaitNs = 10'000;
+bool spin_until_timer(Runtime* rt, P* p, std::int64_t now) noexcept {
+  std::int64_t e = earliest_timer(rt);
+  if (e == timer::TimerHeap::kNever) return false;
+  std::int64_t window = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
+  if (window < kShortWaitNs) window = kShortWaitNs;
+  if (e - now > window) return false;
+  while (static_cast<std::int64_t>(os::monotonic_ns()) < e) {
+    for (int i = 0; i < 8; i++) arch::cpu_relax();
+    if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
+        rt->stopping.load(std::memory_order_relaxed))
+      break;
+  }
+  return true;
+}
+
 Task* find_runnable(M* m) {
   Runtime* rt = m->rt;
   for (;;) {
@@ -489,7 +512,12 @@ Task* find_runnable(M* m) {
     }
 
     // Before idling: timers due on any P (one stuck in a long task, or idle).
-    if (run_all_due_timers(rt, static_cast<std::int64_t>(os::monotonic_ns()))) continue;
+    std::int64_t now = static_cast<std::int64_t>(os::monotonic_ns());
+    if (run_all_due_timers(rt, now)) continue;
+    // A deadline closer than a futex sleep can honour (the kernel wakes a thread ~10-20
+    // µs late on this VM even with 1 ns slack, and the sleep and wake cost ~5 µs of
+    // syscalls): wait for it here, holding the P, as Go's spinning Ms do.
+    if (spin_until_timer(rt, p, now)) continue;
 
     // Nothing anywhere: give the P back.
     {

@@ -149,8 +149,9 @@ void* sysmon_main(void* arg) {
     } else if (++quiet > 50 && tick < kMaxTickNs) {
       tick *= 2;
     }
-    // Timers of Ps stuck in long tasks when no idle M watches them (sched/timers.cpp).
-    if (running && !rt->watcher.load(std::memory_order_relaxed))
+    // Timers of Ps stuck in long tasks, or in blocking(), when no idle M watches them
+    // (sched/timers.cpp).
+    if (!rt->watcher.load(std::memory_order_relaxed))
       run_all_due_timers(rt, static_cast<std::int64_t>(now));
     idle_rounds = running ? 0 : idle_rounds + 1;
     if (!watching) {

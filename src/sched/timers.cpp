@@ -63,6 +63,15 @@ timer::TimerBucket* caller_bucket(Runtime** out) noexcept {
 void timer_armed(Runtime* rt, std::int64_t when) noexcept {
   // seq_cst load: after our seq_cst store of the bucket's earliest (see the header).
   std::int64_t w = rt->watch_until.load(std::memory_order_seq_cst);
+  if (w == Runtime::kWatchNone) {
+    // No watcher asleep. If none exists at all while a P idles (no M ever idled since
+    // boot, or the P was handed off from blocking()), start one: it finds nothing to
+    // run, idles, and becomes the watcher.
+    if (!rt->watcher.load(std::memory_order_acquire) &&
+        rt->npidle.load(std::memory_order_relaxed) > 0)
+      wakep(rt);
+    return;
+  }
   while (when < w) {
     if (rt->watch_until.compare_exchange_weak(w, Runtime::kWatchNone, std::memory_order_seq_cst)) {
       // acquire: the M record is fully set up (it is never freed before the runtime).

@@ -1,9 +1,9 @@
 // sync/waiter.cpp — see waiter.hpp.
 #include "sync/waiter.hpp"
 
+#include "arch/spinlock.hpp"
 #include "os/futex.hpp"
 #include "sched/park.hpp"
-#include "arch/spinlock.hpp"
 
 namespace corun::detail {
 

@@ -142,7 +142,7 @@ void run_bucket(TimerBucket* b, std::int64_t now) noexcept {
         b->heap.remove(t);
         // relaxed: bucket lock holders and mu holders (through lock_bucket's re-check
         // under the lock) are the only readers that act on it.
-        t->bucket.store(nullptr, std::memory_order_relaxed);
+        t->bucket.store(nullptr, std::memory_order_release);
       }
       due[n++] = t;
     }
@@ -159,7 +159,7 @@ void drain_bucket(TimerBucket* b) noexcept {
   b->acquire();
   while (timer::TimerNode* top = b->heap.pop()) {
     auto* t = static_cast<TimerRec*>(top);
-    t->bucket.store(nullptr, std::memory_order_relaxed);
+    t->bucket.store(nullptr, std::memory_order_release);
     if (t->kind != TimerKind::wake) recs.push_back(t);  // sleepers: abandoned tasks
   }
   b->earliest.store(TimerHeap::kNever, std::memory_order_seq_cst);
@@ -189,7 +189,7 @@ bool disarm(TimerRec* t) noexcept {
   TimerBucket* b = lock_bucket(t);
   if (!b) return false;
   b->heap.remove(t);
-  t->bucket.store(nullptr, std::memory_order_relaxed);
+  t->bucket.store(nullptr, std::memory_order_release);
   publish_earliest(b);
   b->release();
   if (t->kind != TimerKind::wake) release_rec(t);  // the heap's reference (never the last)
@@ -215,19 +215,29 @@ bool timer_stop(TimerRec* t) noexcept {
   return disarm(t);
 }
 
-bool timer_reset(TimerRec* t, Duration d) {
-  std::int64_t when = deadline_after(d);
-  MuGuard g(t);
+namespace {
+// Re-arms t to fire at `when` (with a new period if period > 0); t->mu held. An armed
+// timer moves within its heap (it stays on the P it was armed on: one lock, no
+// remove-and-push); an inactive one is armed on the caller's P. True if it was armed.
+bool rearm(TimerRec* t, std::int64_t when, std::int64_t period, const char* what) {
   if (TimerBucket* b = lock_bucket(t)) {
-    // Active: move it within its heap (it stays on the P it was armed on).
+    if (period > 0) t->period = period;  // the firer reads it under this lock
     b->heap.update(t, when);
     bool earlier = publish_earliest(b);
     b->release();
     if (earlier) sched::timer_armed(t->rt, when);
     return true;
   }
-  arm(t, when, "corun::Timer::reset");
+  if (period > 0) t->period = period;  // inactive: only mu holders touch it
+  arm(t, when, what);
   return false;
+}
+}  // namespace
+
+bool timer_reset(TimerRec* t, Duration d) {
+  std::int64_t when = deadline_after(d);
+  MuGuard g(t);
+  return rearm(t, when, 0, "corun::Timer::reset");
 }
 
 bool timer_active(TimerRec* t) noexcept {
@@ -287,10 +297,9 @@ void Ticker::reset(Duration period) {
   check_period(period, "corun::Ticker::reset");
   TimerRec* t = t_.rec_;
   if (!t) throw std::logic_error("corun::Ticker::reset on a moved-from Ticker");
+  std::int64_t when = detail::deadline_after(period);
   detail::MuGuard g(t);
-  detail::disarm(t);
-  t->period = period.count();  // not armed: only mu holders touch it now
-  detail::arm(t, detail::deadline_after(period), "corun::Ticker::reset");
+  detail::rearm(t, when, period.count(), "corun::Ticker::reset");
 }
 
 }  // namespace corun

@@ -1,0 +1,111 @@
+// corun/context.hpp — cancellation trees and deadlines (API.md "Context"), Go's context
+// package without values.
+//
+// Context is a shared handle (an intrusive reference count, like Chan) to a node in the
+// library (src/context/context.cpp). background() is the null handle: never done (its
+// done() is a nil channel, never ready), err() none, no deadline. with_cancel /
+// with_deadline / with_timeout make a child node; canceling a node (its CancelFunc, its
+// deadline timer, or an ancestor's cancel) closes its done() channel, cancels every
+// descendant with the same error, and removes the node from its parent. A child of a
+// canceled parent is born canceled with the parent's error; a child whose deadline has
+// already passed is born with deadline_exceeded. err() is set once and never changes: the
+// first cause wins (cancel() before the deadline gives canceled).
+//
+// Invariants: err() != none exactly when done() is closed (as observed by any thread: a
+// cancel in progress makes err() wait for it); deadline() is immutable and is the
+// earlier of the context's own deadline and its parent's; done() never closes before
+// deadline() by Clock; when a CancelFunc returns, the context and all its descendants
+// are canceled, whoever canceled them.
+// Lifetime: a node lives while a Context handle, a CancelFunc, a child, or its armed
+// deadline timer refers to it. A parent does not own its children: dropping every handle
+// of a child that was never canceled frees it and unlinks it from its parent (Go would
+// keep it in the parent until the parent is canceled).
+//
+// Beyond API.md: a default-constructed Context is background(); operator== compares
+// identity. with_deadline / with_timeout need a running runtime for their timer (like
+// after_func, they throw std::logic_error outside corun::run) unless no timer is needed:
+// the deadline has already passed, or the parent's deadline is earlier. with_cancel
+// works anywhere. Every function may be called from tasks on any P and from threads
+// that are not the runtime's. A deadline context whose timer is still armed when run()
+// returns is not freed (the timer's reference is abandoned with the runtime's timers,
+// as tasks are): cancel contexts when done with them, as in Go.
+// Rejected: std::shared_ptr for the handle (a control block, and the timer callback
+// could not hold a reference without allocating); a parent owning references to its
+// children (a parent <-> child cycle that leaks every never-canceled child).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <utility>
+#include <variant>
+
+#include <corun/chan.hpp>
+#include <corun/time.hpp>
+
+namespace corun {
+
+enum class ContextError { none, canceled, deadline_exceeded };
+
+namespace detail {
+// The part of a context node that handles touch inline: its reference count.
+struct ContextHeader {
+  // relaxed on copy (a handle already holds a reference); acq_rel on drop, so the last
+  // owner sees every other owner's writes before the node is destroyed.
+  std::atomic<std::size_t> refs{1};
+};
+void context_destroy(ContextHeader* n) noexcept;  // refs reached zero
+}  // namespace detail
+
+class Context {
+ public:
+  Context() noexcept = default;  // background()
+  static Context background() noexcept { return Context(); }
+
+  Context(const Context& o) noexcept : n_(o.n_) {
+    if (n_) n_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  Context(Context&& o) noexcept : n_(std::exchange(o.n_, nullptr)) {}
+  Context& operator=(const Context& o) noexcept {
+    Context(o).swap(*this);
+    return *this;
+  }
+  Context& operator=(Context&& o) noexcept {
+    Context(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~Context() {
+    if (n_ && n_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) detail::context_destroy(n_);
+  }
+  void swap(Context& o) noexcept { std::swap(n_, o.n_); }
+
+  // Closed when the context is canceled or its deadline passed; the same channel on
+  // every call. background(): a nil channel (never ready).
+  Chan<std::monostate> done() const;
+  ContextError err() const noexcept;
+  std::optional<Clock::time_point> deadline() const noexcept;
+
+  friend bool operator==(const Context& a, const Context& b) noexcept { return a.n_ == b.n_; }
+
+  explicit Context(detail::ContextHeader* n) noexcept : n_(n) {}  // the library's
+  detail::ContextHeader* header() const noexcept { return n_; }   // the library's
+
+ private:
+  detail::ContextHeader* n_ = nullptr;  // nullptr: background
+};
+
+// Idempotent and thread-safe: cancels the context and its descendants (error canceled,
+// unless they already had an error), stops its deadline timer, and removes it from its
+// parent. When it returns, the context and all its descendants are canceled.
+using CancelFunc = std::function<void()>;
+
+std::pair<Context, CancelFunc> with_cancel(const Context& parent);
+// deadline() = min(t, parent.deadline()). Throws std::logic_error outside corun::run
+// when a timer is needed (see the header comment).
+std::pair<Context, CancelFunc> with_deadline(const Context& parent, Clock::time_point t);
+// with_deadline(parent, Clock::now() + d), saturating: Duration::max() never expires.
+std::pair<Context, CancelFunc> with_timeout(const Context& parent, Duration d);
+
+}  // namespace corun
