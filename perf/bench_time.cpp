@@ -25,7 +25,9 @@
 // (FUTEX_WAIT_BITSET, CLOCK_MONOTONIC) of d, op = one wait: what the kernel delivers to
 // a thread that does nothing else; corun's idle Ps sleep the same way, so Sleep/idle
 // minus Floor/idle is the runtime's own cost. Floor/busy runs beside the same spinning
-// tasks (the thread must get a CPU from them). Go twin: scripts/gobench/time_test.go.
+// tasks (the thread must get a CPU from them). Sleep1=<d>: the Sleep row with one task,
+// the Floor rows' shape. TimerfdFloor=<d>: the Floor row with an absolute timerfd and
+// read(2) instead of the futex. Go twin: scripts/gobench/time_test.go.
 //
 // Rejected: Go's own spreading (GOMAXPROCS goroutines, wherever they run): a task that
 // yields does not wake a sleeping P, and in a first version 4 of 30 runs at -cpu 2 put
@@ -40,6 +42,7 @@
 #include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -348,15 +351,17 @@ void report_lateness(B& b, const std::vector<std::vector<std::int64_t>>& samples
   b.report_metric(static_cast<double>(all.back()), "max-ns");
 }
 
-// Sleep=<d>: each of kLatenessTasks tasks does b.n sleep(d).
-void sleep_lateness(B& b, Duration d, Load load) {
+// Sleep=<d>: each of kLatenessTasks tasks does b.n sleep(d). Sleep1=<d>: one task does
+// (the same shape as the Floor rows: one waiter, so its lateness compares with theirs).
+void sleep_lateness_tasks(B& b, Duration d, Load load, int tasks) {
   b.stop_timer();
   const auto n = static_cast<std::size_t>(b.n);
-  std::vector<std::vector<std::int64_t>> samples(kLatenessTasks, std::vector<std::int64_t>(n));
+  std::vector<std::vector<std::int64_t>> samples(static_cast<std::size_t>(tasks),
+                                                 std::vector<std::int64_t>(n));
   std::optional<BusyLoad> busy;
   if (load == Load::busy) busy.emplace(b.procs());
   corun::WaitGroup done;
-  done.add(kLatenessTasks);
+  done.add(tasks);
   b.reset_timer();
   b.start_timer();
   for (auto& v : samples) {
@@ -374,6 +379,13 @@ void sleep_lateness(B& b, Duration d, Load load) {
   busy.reset();
   report_lateness(b, samples, "sleep");
   b.report_cpu();
+}
+
+void sleep_lateness(B& b, Duration d, Load load) {
+  sleep_lateness_tasks(b, d, load, kLatenessTasks);
+}
+void sleep1_lateness(B& b, Duration d, Load load) {
+  sleep_lateness_tasks(b, d, load, 1);
 }
 
 // AfterFunc=<d>: each of kLatenessTasks tasks does b.n times: after_func(d, fn), wait for
@@ -409,7 +421,9 @@ void after_func_lateness(B& b, Duration d, Load load) {
 
 // Floor=<d>: one std::thread, timer slack 1 ns, b.n absolute futex waits of d on a word
 // nobody changes (each ends with ETIMEDOUT; EINTR waits again for the same deadline).
-void floor_lateness(B& b, Duration d, Load load) {
+// TimerfdFloor=<d>: the same with an absolute timerfd (TFD_TIMER_ABSTIME) and read(2),
+// the other precise kernel wait (what an epoll-based idle loop would use).
+void floor_wait(B& b, Duration d, Load load, bool timerfd) {
   b.stop_timer();
   const auto n = static_cast<std::size_t>(b.n);
   std::vector<std::vector<std::int64_t>> samples(1, std::vector<std::int64_t>(n));
@@ -419,8 +433,13 @@ void floor_lateness(B& b, Duration d, Load load) {
   b.reset_timer();
   b.start_timer();
   corun::blocking([&] {
-    std::thread t([&error, d, n, out = samples[0].data()] {
+    std::thread t([&error, d, n, timerfd, out = samples[0].data()] {
       if (prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) != 0) {
+        error = errno;
+        return;
+      }
+      const int tfd = timerfd ? timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC) : -1;
+      if (timerfd && tfd < 0) {
         error = errno;
         return;
       }
@@ -430,6 +449,18 @@ void floor_lateness(B& b, Duration d, Load load) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         const std::int64_t deadline = now.tv_sec * 1'000'000'000LL + now.tv_nsec + ns(d);
         const timespec abs{.tv_sec = deadline / 1'000'000'000, .tv_nsec = deadline % 1'000'000'000};
+        if (timerfd) {
+          const itimerspec its{.it_interval = {}, .it_value = abs};
+          std::uint64_t expirations = 0;
+          if (timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, nullptr) != 0 ||
+              read(tfd, &expirations, sizeof expirations) != sizeof expirations) {
+            error = errno;
+            break;
+          }
+          clock_gettime(CLOCK_MONOTONIC, &now);
+          out[i] = now.tv_sec * 1'000'000'000LL + now.tv_nsec - deadline;
+          continue;
+        }
         for (;;) {
           const long r = syscall(SYS_futex, &word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 0U, &abs,
                                  nullptr, FUTEX_BITSET_MATCH_ANY);
@@ -442,15 +473,24 @@ void floor_lateness(B& b, Duration d, Load load) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         out[i] = now.tv_sec * 1'000'000'000LL + now.tv_nsec - deadline;
       }
+      if (tfd >= 0) close(tfd);
     });
     t.join();
   });
   b.stop_timer();
   busy.reset();
   if (error != 0)
-    throw std::runtime_error("Floor: prctl/futex failed with errno " + std::to_string(error));
-  report_lateness(b, samples, "futex floor");
+    throw std::runtime_error("Floor: prctl/futex/timerfd failed with errno " +
+                             std::to_string(error));
+  report_lateness(b, samples, timerfd ? "timerfd floor" : "futex floor");
   b.report_cpu();
+}
+
+void floor_lateness(B& b, Duration d, Load load) {
+  floor_wait(b, d, load, false);
+}
+void timerfd_floor_lateness(B& b, Duration d, Load load) {
+  floor_wait(b, d, load, true);
 }
 
 const bool registered = [] {
@@ -467,7 +507,10 @@ const bool registered = [] {
   };
   for (const Wait& w : waits) {
     for (const auto& [load_name, load] : loads) add("Sleep", w, load_name, load, &sleep_lateness);
+    for (const auto& [load_name, load] : loads) add("Sleep1", w, load_name, load, &sleep1_lateness);
     for (const auto& [load_name, load] : loads) add("Floor", w, load_name, load, &floor_lateness);
+    for (const auto& [load_name, load] : loads)
+      add("TimerfdFloor", w, load_name, load, &timerfd_floor_lateness);
   }
   for (const auto& [load_name, load] : loads)
     add("AfterFunc", Wait{"50us", 50us}, load_name, load, &after_func_lateness);

@@ -224,8 +224,8 @@ for line in sys.stdin:
 lateness_labels=slack50us,slack1us,slack1ns,spin20us
 lateness_env=("CORUN_TIMERSLACK_NS=50000" "CORUN_TIMERSLACK_NS=1000" "CORUN_TIMERSLACK_NS=1"
   "CORUN_TIMER_SPIN_NS=20000")
-lateness_regex=('^TimerLateness/(Sleep|AfterFunc)=' '^TimerLateness/'
-  '^TimerLateness/(Sleep|AfterFunc)=' '^TimerLateness/(Sleep|AfterFunc)=')
+lateness_regex=('^TimerLateness/(Sleep|Sleep1|AfterFunc)=' '^TimerLateness/'
+  '^TimerLateness/(Sleep|Sleep1|AfterFunc)=' '^TimerLateness/(Sleep|Sleep1|AfterFunc)=')
 lateness_files=()
 for l in ${lateness_labels//,/ }; do
   : > "$out/lateness-$l.txt"

@@ -85,8 +85,13 @@ func reportLateness(b *testing.B, samples [][]int64) {
 // latenessRun starts latenessTasks goroutines, each running wait(out) to fill its sample
 // slice of b.N, under the given load, and reports the metrics.
 func latenessRun(b *testing.B, busy bool, wait func(out []int64)) {
+	latenessRunTasks(b, busy, latenessTasks, wait)
+}
+
+// latenessRunTasks is latenessRun with `tasks` goroutines (Sleep1: one, as corun's).
+func latenessRunTasks(b *testing.B, busy bool, tasks int, wait func(out []int64)) {
 	b.StopTimer()
-	samples := make([][]int64, latenessTasks)
+	samples := make([][]int64, tasks)
 	for t := range samples {
 		samples[t] = make([]int64, b.N)
 	}
@@ -95,7 +100,7 @@ func latenessRun(b *testing.B, busy bool, wait func(out []int64)) {
 		load = startBusy(runtime.GOMAXPROCS(0))
 	}
 	var done sync.WaitGroup
-	done.Add(latenessTasks)
+	done.Add(tasks)
 	var m cpuMeter
 	b.ResetTimer()
 	b.StartTimer()
@@ -117,7 +122,11 @@ func latenessRun(b *testing.B, busy bool, wait func(out []int64)) {
 }
 
 func sleepLateness(b *testing.B, d time.Duration, busy bool) {
-	latenessRun(b, busy, func(out []int64) {
+	sleepLatenessTasks(b, d, busy, latenessTasks)
+}
+
+func sleepLatenessTasks(b *testing.B, d time.Duration, busy bool, tasks int) {
+	latenessRunTasks(b, busy, tasks, func(out []int64) {
 		for i := range out {
 			t0 := time.Now()
 			time.Sleep(d)
@@ -152,6 +161,12 @@ func BenchmarkTimerLateness(b *testing.B) {
 			for _, l := range loads {
 				l := l
 				b.Run(l.name, func(b *testing.B) { sleepLateness(b, w.d, l.busy) })
+			}
+		})
+		b.Run("Sleep1="+w.name, func(b *testing.B) {
+			for _, l := range loads {
+				l := l
+				b.Run(l.name, func(b *testing.B) { sleepLatenessTasks(b, w.d, l.busy, 1) })
 			}
 		})
 	}
