@@ -11,8 +11,9 @@
 // nodes are cache misses; Go 1.23 moved `when` into its heap slice for the same reason).
 // Invariants (checked by verify(), which MODE=debug and the tests run):
 //   - v_[i].when >= v_[parent(i)].when for every i > 0 (4-ary: parent(i) = (i-1)/4);
-//   - v_[i].when == v_[i].t->when and v_[i].t->index == i for every i, and a node
-//     outside the heap has index == kNotInHeap.
+//   - v_[i].when <= v_[i].t->when (equal unless update_lazy pushed the deadline back)
+//     and v_[i].t->index == i for every i; a node outside the heap has index ==
+//     kNotInHeap.
 // Ties keep no particular order (Go's neither): timers with one deadline fire in any order.
 // Why 4-ary: half the depth of a binary heap for 400k timers per P (10 levels, not 19),
 // and the four children of a node share one or two cache lines of the pointer array; Go
@@ -41,7 +42,8 @@ class TimerHeap {
 
   std::size_t size() const noexcept { return v_.size(); }
   bool empty() const noexcept { return v_.empty(); }
-  // The earliest deadline, kNever when empty.
+  // The earliest key, kNever when empty: the earliest deadline, or below it after an
+  // update_lazy (see there).
   std::int64_t earliest() const noexcept { return v_.empty() ? kNever : v_[0].when; }
   TimerNode* top() const noexcept { return v_.empty() ? nullptr : v_[0].t; }
 
@@ -54,7 +56,7 @@ class TimerHeap {
   // Removes t, which must be in this heap.
   void remove(TimerNode* t) noexcept {
     std::size_t i = t->index;
-    Entry last = v_.back();
+    Entry last = v_.back();  // (its key may be below last.t->when: kept as it is)
     v_.pop_back();
     t->index = TimerNode::kNotInHeap;
     if (last.t == t) return;  // t was the last slot
@@ -75,19 +77,40 @@ class TimerHeap {
 
   // Changes the deadline of t, which must be in this heap.
   void update(TimerNode* t, std::int64_t when) noexcept {
-    std::int64_t old = t->when;
+    std::int64_t key = v_[t->index].when;
     t->when = when;
     Entry e{when, t};
-    if (when < old)
+    if (when < key)
       sift_up(t->index, e);
     else
       sift_down(t->index, e);
   }
 
+  // As update, but a later deadline only changes t->when and leaves t's place (and key)
+  // alone: O(1) (Go's timerModifiedLater). The key is then a lower bound, earliest() may
+  // be early, and whoever runs the heap must call settle_top() when the top's key is due
+  // but its deadline is not. Timers pushed back again and again (a connection's deadline
+  // at every read) cost no sift until they reach the top.
+  void update_lazy(TimerNode* t, std::int64_t when) noexcept {
+    if (when >= v_[t->index].when) {
+      t->when = when;
+      return;
+    }
+    update(t, when);
+  }
+
+  // If the top's key is below its deadline (update_lazy), re-keys it and sinks it;
+  // true if it did (look at the new top).
+  bool settle_top() noexcept {
+    if (v_.empty() || v_[0].when == v_[0].t->when) return false;
+    sift_down(0, Entry{v_[0].t->when, v_[0].t});
+    return true;
+  }
+
   // Walks the whole heap; true if the invariants hold. O(n): debug builds and tests.
   bool verify() const noexcept {
     for (std::size_t i = 0; i < v_.size(); i++) {
-      if (v_[i].t->index != i || v_[i].t->when != v_[i].when) return false;
+      if (v_[i].t->index != i || v_[i].t->when < v_[i].when) return false;
       if (i > 0 && v_[i].when < v_[parent(i)].when) return false;
     }
     return true;
@@ -95,7 +118,7 @@ class TimerHeap {
 
  private:
   struct Entry {
-    std::int64_t when;  // == t->when while in the heap
+    std::int64_t when;  // the key: t->when, or below it after update_lazy
     TimerNode* t;
   };
 
