@@ -275,7 +275,7 @@ if command -v go >/dev/null 2>&1; then
   echo
   echo "== timer lateness: corun (default slack 1 us) vs the Go twin in scripts/gobench/time_test.go"
   scripts/go-compare -o "$out" -count "$LATENESS_COUNT" -cpu "$CPUS" -benchtime "$LATENESS_BENCHTIME" \
-    '^BenchmarkTimerLateness$' ./scripts/gobench --ours '^TimerLateness/(Sleep|AfterFunc)='
+    '^BenchmarkTimerLateness$' ./scripts/gobench --ours '^TimerLateness/(Sleep|Sleep1|AfterFunc)='
 else
   echo
   echo "(Go not installed: apt-get install golang-go, then make bench prints corun vs Go too)"

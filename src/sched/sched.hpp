@@ -90,6 +90,7 @@ struct alignas(64) P {
   // Owner-only: non-zero while check_timers_local runs this P's timers; counts the
   // wake-ups it deferred, plus one.
   std::uint32_t defer_wake = 0;
+  std::uint32_t timer_countdown = 1;  // owner-only: direct switches to the next timer look
 
   // Incremented by the owner at each blocking() entry; read by sysmon to tell a long
   // blocking call from a new one (relaxed: a stale read only delays a retake one tick).

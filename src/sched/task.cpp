@@ -14,6 +14,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "os/thread.hpp"
 #include "sched/check.hpp"
 #include "sched/sched.hpp"
 
@@ -164,11 +165,25 @@ void check_left_stack(M* m, Task* t, bool exiting) noexcept {
     os::report_stack_overflow(t->id, m->rt->stack_bytes, "canary at the stack's end overwritten");
 }
 
+// Every kTimerCheckEvery direct switches of a P with timers, one clock read: true if its
+// earliest timer is due, so the switch goes through g0, whose find_runnable runs it and
+// puts the task it wakes in runnext. Without it a timer waits for the 61st switch, i.e.
+// behind every runnable task (100 tasks sleeping 1 µs each woke ~12 µs late). Costs one
+// relaxed load per switch when the P has no timer.
+constexpr std::uint32_t kTimerCheckEvery = 8;
+bool timer_due_check(P* p) noexcept {
+  std::int64_t e = p->tb->earliest.load(std::memory_order_relaxed);
+  if (e == timer::TimerHeap::kNever || --p->timer_countdown != 0) return false;
+  p->timer_countdown = kTimerCheckEvery;
+  return static_cast<std::int64_t>(os::monotonic_ns()) >= e;
+}
+
 // The next task of this M's P for a direct switch, or nullptr when the scheduler proper
 // must choose: nothing local, the global queue's turn (every 61st pick), shutdown.
 Task* direct_next(M* m) noexcept {
   P* p = m->p;
-  if (!p || p->global_countdown <= 1 || m->rt->stopping.load(std::memory_order_relaxed))
+  if (!p || p->global_countdown <= 1 || m->rt->stopping.load(std::memory_order_relaxed) ||
+      timer_due_check(p))
     return nullptr;
   Task* t = runq_get(p);
   if (t) {
