@@ -8,7 +8,8 @@
 #                                              its tasks keep them) + the top of the report
 #   perf/profile.sh probes REGEX [-cpu N ...]   counts of corun's USDT probes (spawn, park,
 #                                              ready, steal, spinning_idle, chan_block,
-#                                              select_block, chan_close)
+#                                              select_block, chan_close, timer_fire,
+#                                              timer_watch)
 # Extra arguments go to build/corun-bench (e.g. -cpu 2 -benchtime 100000x). Set
 # CMD="./app args" to profile another program instead. Output files go to build/perf/.
 set -euo pipefail
@@ -30,7 +31,8 @@ case $mode in
     exe=${cmd[0]}
     perf buildid-cache --add "$exe" >/dev/null 2>&1 || true
     events=()
-    for p in spawn park ready steal spinning_idle chan_block select_block chan_close; do
+    for p in spawn park ready steal spinning_idle chan_block select_block chan_close timer_fire \
+      timer_watch; do
       perf probe -q -x "$exe" "sdt_corun:$p" >/dev/null 2>&1 || true
       events+=(-e "sdt_corun:$p")
     done

@@ -10,9 +10,11 @@
 //   chan_block(chan, is_send)    a send (1) or receive (0) on channel address chan waits
 //   select_block(ncases)         a select with ncases non-nil cases waits on all of them
 //   chan_close(chan, woken)      channel chan was closed, waking `woken` waiters
+//   timer_fire(n, late_ns)       a timer heap fired n timers; the first was late_ns late
+//   timer_watch(until_ns)        the idle watcher M sleeps until until_ns (-1: no timer)
 // Use: perf buildid-cache --add ./app; perf list 'sdt_corun:*';
 //      perf probe sdt_corun:steal; perf record -e sdt_corun:steal -a -- ./app
-// Later layers add timer fire and pool batch moves with the same provider.
+// The pool (issue 5) adds its batch moves with the same provider.
 // Rejected: LTTng-UST or our own ring buffer — USDT needs no runtime library, no
 // registration, and perf/bpftrace already read it.
 #pragma once

@@ -375,6 +375,7 @@ void watch_timers(M* m) {
     // kNever and wakes us (seq_cst pair, timers.cpp).
     rt->watch_until.store(timer::TimerHeap::kNever, std::memory_order_seq_cst);
     std::int64_t until = earliest_timer(rt);
+    CORUN_PROBE1(timer_watch, until == timer::TimerHeap::kNever ? -1 : until);
     if (until != timer::TimerHeap::kNever) {
       std::int64_t expect = timer::TimerHeap::kNever;
       // Fails only if an armer already claimed the wake-up (our note is set).
@@ -511,13 +512,16 @@ Task* find_runnable(M* m) {
       }
     }
 
-    // Before idling: timers due on any P (one stuck in a long task, or idle).
-    std::int64_t now = static_cast<std::int64_t>(os::monotonic_ns());
-    if (run_all_due_timers(rt, now)) continue;
-    // A deadline closer than a futex sleep can honour (the kernel wakes a thread ~10-20
-    // µs late on this VM even with 1 ns slack, and the sleep and wake cost ~5 µs of
-    // syscalls): wait for it here, holding the P, as Go's spinning Ms do.
-    if (spin_until_timer(rt, p, now)) continue;
+    // Before idling: timers due on any P (one stuck in a long task, or idle). No clock
+    // read when no P has a timer.
+    if (earliest_timer(rt) != timer::TimerHeap::kNever) {
+      std::int64_t now = static_cast<std::int64_t>(os::monotonic_ns());
+      if (run_all_due_timers(rt, now)) continue;
+      // A deadline closer than a futex sleep can honour (the kernel wakes a thread
+      // ~10-20 µs late on this VM even with 1 ns slack, and the sleep and wake cost ~5 µs
+      // of syscalls): wait for it here, holding the P, as Go's spinning Ms do.
+      if (spin_until_timer(rt, p, now)) continue;
+    }
 
     // Nothing anywhere: give the P back.
     {

@@ -28,6 +28,7 @@
 #include "os/thread.hpp"
 #include "sched/check.hpp"
 #include "sched/park.hpp"
+#include "sched/probes.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::detail {
@@ -131,12 +132,14 @@ void run_bucket(TimerBucket* b, std::int64_t now) noexcept {
   for (;;) {
     TimerRec* due[kBatch];
     int n = 0;
+    std::int64_t first_when = 0;  // for the timer_fire probe
     b->acquire();
     while (n < kBatch) {
       if (b->heap.earliest() > now) break;
       if (b->heap.settle_top()) continue;  // pushed back by a reset: not due after all
       timer::TimerNode* top = b->heap.top();
       auto* t = static_cast<TimerRec*>(top);
+      if (n == 0) first_when = t->when;
       if (t->period > 0) {
         // The next tick after now (missed ticks are skipped, as Go's).
         std::int64_t steps = 1 + (now - t->when) / t->period, next = 0;
@@ -156,6 +159,7 @@ void run_bucket(TimerBucket* b, std::int64_t now) noexcept {
     }
     publish_earliest(b);
     b->release();
+    if (n) CORUN_PROBE2(timer_fire, n, now - first_when);
     for (int i = 0; i < n; i++) fire(due[i], now);
     if (n < kBatch) return;
   }
