@@ -38,12 +38,15 @@
 #include <corun/sync.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace corun::bench {
 
@@ -168,6 +171,62 @@ void B::run_parallel(F&& body) {
   // relaxed: wg.wait() already ordered the workers' increments before this load.
   if (counter.load(std::memory_order_relaxed) <= bn)
     throw std::logic_error("run_parallel: body returned before PB::next() returned false");
+}
+
+// Runs fn(slot) once for every slot 0..procs()-1, each from a task running on P `slot`,
+// and returns when all calls returned. fn must not block or yield (its task would
+// migrate). One task per P claims the P it finds itself on (proc_id()), runs fn, then
+// holds that P (spinning, no yield) until every P is claimed, so the tasks still queued
+// behind it must be stolen by the other Ps; while it holds, it spawns an empty task every
+// 50 µs, since a spawn wakes an idle P (yield does not). A task that finds its P already
+// claimed yields and tries again. After 200 ms a task takes any free slot and says so on
+// stderr (the per-P heaps are then uneven).
+template <class F>
+void on_every_p(const char* who, F fn) {
+  const int procs = corun::procs();
+  std::vector<std::atomic<bool>> claimed(static_cast<std::size_t>(procs));
+  std::atomic<int> nclaimed{0};
+  corun::WaitGroup wg;
+  wg.add(procs);
+  for (int i = 0; i < procs; ++i) {
+    corun::go([&claimed, &nclaimed, &wg, &fn, procs, who] {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      // relaxed: a claim only picks a slot; the WaitGroup publishes fn's writes.
+      auto claim = [&](int q) {
+        if (claimed[static_cast<std::size_t>(q)].exchange(true, std::memory_order_relaxed))
+          return false;
+        nclaimed.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      };
+      int slot = -1;
+      while (slot < 0) {
+        const int p = corun::proc_id();
+        if (claim(p)) {
+          slot = p;
+          fn(slot);
+          if (corun::proc_id() != slot)
+            std::fprintf(stderr, "%s: the work of P%d moved to P%d\n", who, slot, corun::proc_id());
+          auto nudge = std::chrono::steady_clock::now();
+          while (nclaimed.load(std::memory_order_relaxed) < procs &&
+                 std::chrono::steady_clock::now() < give_up) {
+            if (std::chrono::steady_clock::now() >= nudge) {
+              corun::go([] {});
+              nudge = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+            }
+          }
+        } else if (std::chrono::steady_clock::now() > give_up) {
+          for (int q = 0; q < procs && slot < 0; ++q)
+            if (claim(q)) slot = q;
+          std::fprintf(stderr, "%s: the work of P%d done on P%d\n", who, slot, p);
+          fn(slot);
+        } else {
+          corun::yield();
+        }
+      }
+      wg.done();
+    });
+  }
+  wg.wait();
 }
 
 }  // namespace corun::bench

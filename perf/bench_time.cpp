@@ -77,67 +77,11 @@ constexpr Duration kHour = 1h;
 
 // ---- garbage timers, Go's benchmark(b, bench) ------------------------------------------
 
-// Runs fn(slot) once for every slot 0..procs()-1, each from a task running on P `slot`,
-// and returns when all calls returned. fn must not block or yield (its task would
-// migrate). One task per P claims the P it finds itself on (proc_id()), runs fn, then
-// holds that P (spinning, no yield) until every P is claimed, so the tasks still queued
-// behind it must be stolen by the other Ps; while it holds, it spawns an empty task every
-// 50 µs, since a spawn wakes an idle P (yield does not). A task that finds its P already
-// claimed yields and tries again. After 200 ms a task takes any free slot and says so on
-// stderr (the per-P heaps are then uneven). Twin: on_every_p in bench_context.cpp.
-template <class F>
-void on_every_p(F fn) {
-  const int procs = corun::procs();
-  std::vector<std::atomic<bool>> claimed(static_cast<std::size_t>(procs));
-  std::atomic<int> nclaimed{0};
-  corun::WaitGroup wg;
-  wg.add(procs);
-  for (int i = 0; i < procs; ++i) {
-    corun::go([&claimed, &nclaimed, &wg, &fn, procs] {
-      const auto give_up = Clock::now() + 200ms;
-      // relaxed: a claim only picks a slot; the WaitGroup publishes fn's writes.
-      auto claim = [&](int q) {
-        if (claimed[static_cast<std::size_t>(q)].exchange(true, std::memory_order_relaxed))
-          return false;
-        nclaimed.fetch_add(1, std::memory_order_relaxed);
-        return true;
-      };
-      int slot = -1;
-      while (slot < 0) {
-        const int p = corun::proc_id();
-        if (claim(p)) {
-          slot = p;
-          fn(slot);
-          if (corun::proc_id() != slot)
-            std::fprintf(stderr, "bench_time: the work of P%d moved to P%d\n", slot,
-                         corun::proc_id());
-          auto nudge = Clock::now();
-          while (nclaimed.load(std::memory_order_relaxed) < procs && Clock::now() < give_up) {
-            if (Clock::now() >= nudge) {
-              corun::go([] {});
-              nudge = Clock::now() + 50us;
-            }
-          }
-        } else if (Clock::now() > give_up) {
-          for (int q = 0; q < procs && slot < 0; ++q)
-            if (claim(q)) slot = q;
-          std::fprintf(stderr, "bench_time: the work of P%d done on P%d\n", slot, p);
-          fn(slot);
-        } else {
-          corun::yield();
-        }
-      }
-      wg.done();
-    });
-  }
-  wg.wait();
-}
-
 // kGarbagePerP hour-long after_func timers in the heap of every P (armed by on_every_p).
 class GarbageTimers {
  public:
   GarbageTimers() : per_p_(static_cast<std::size_t>(corun::procs())) {
-    on_every_p([this](int slot) {
+    corun::bench::on_every_p("bench_time", [this](int slot) {
       std::vector<corun::Timer>& v = per_p_[static_cast<std::size_t>(slot)];
       v.reserve(kGarbagePerP);
       for (int j = 0; j < kGarbagePerP; ++j) v.push_back(corun::after_func(kHour, [] {}));

@@ -216,11 +216,11 @@ namespace {
 // keeps one (counter, clock) pair, read counter first, and extrapolates from it for at
 // most kExtrapolateNs, with the counter's calibrated rate inflated by 1/1000 and kSlackNs
 // added: the estimate is never below CLOCK_MONOTONIC (a deadline computed from it is at
-// worst ~kSlackNs + 0.1% of kExtrapolateNs = 150 ns late, never early), and a counter that
+// worst ~kSlackNs + 0.1% of kExtrapolateNs = 70 ns late, never early), and a counter that
 // steps backwards (another CPU's) makes the unsigned delta huge, which forces a clock read.
 // The firing side always reads the real clock.
 constexpr std::uint64_t kExtrapolateNs = 50'000;
-constexpr std::int64_t kSlackNs = 100;
+constexpr std::int64_t kSlackNs = 20;  // covers the two reads being reordered (cycles)
 struct ClockPair {
   std::uint64_t ticks = 0;
   std::int64_t ns = 0;
