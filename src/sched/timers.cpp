@@ -64,10 +64,12 @@ void timer_armed(Runtime* rt, std::int64_t when) noexcept {
   // seq_cst load: after our seq_cst store of the bucket's earliest (see the header).
   std::int64_t w = rt->watch_until.load(std::memory_order_seq_cst);
   if (w == Runtime::kWatchNone) {
-    // No watcher asleep. If none exists at all while a P idles (no M ever idled since
-    // boot, or the P was handed off from blocking()), start one: it finds nothing to
-    // run, idles, and becomes the watcher.
-    if (!rt->watcher.load(std::memory_order_acquire) &&
+    // No watcher asleep. If none exists at all while a P idles and the armer holds no
+    // running P (a foreign thread, or a task in blocking()), start an M: it finds
+    // nothing to run, idles, and becomes the watcher. An armer on a running P needs
+    // none: its P runs its own timers, and becomes the watcher's if it idles.
+    M* m = current_m();
+    if ((!m || !m->p) && !rt->watcher.load(std::memory_order_acquire) &&
         rt->npidle.load(std::memory_order_relaxed) > 0)
       wakep(rt);
     return;
