@@ -416,9 +416,8 @@ void watch_timers(M* m) {
 
 // Parks this M until startm hands it a P (m->p set on return) or the runtime stops.
 // With no timer watcher, this M becomes it (watch_timers). An M leaves the idle list only
-// when someone removes it under rt->lock (startm, a watcher handing over the watch,
-// shutdown); any other wake-up — a stale timer_armed() aimed at a former watcher — is
-// spurious and it sleeps again.
+// when someone removes it under rt->lock (startm, shutdown); any other wake-up — a stale
+// timer_armed() aimed at a former watcher — is spurious and it sleeps again.
 void stopm(M* m) {
   Runtime* rt = m->rt;
   std::unique_lock<std::mutex> g(rt->lock);
@@ -426,7 +425,9 @@ void stopm(M* m) {
     if (rt->stopping.load(std::memory_order_acquire)) return;
     if (m->nextp) break;  // handed a P
     M* w = rt->watcher.load(std::memory_order_relaxed);
-    if (!w || w == m) {  // w == m: the previous watcher handed us the watch
+    // (w == m does not happen: watch_timers returns once this M no longer watches; the
+    // test keeps a watcher from ever queueing itself in midle.)
+    if (!w || w == m) {
       rt->watcher.store(m, std::memory_order_release);
       m->park.clear();  // under the lock: every waker changes state under it first
       g.unlock();
