@@ -213,14 +213,18 @@ bool disarm(TimerRec* t) noexcept {
 namespace {
 // "Now" for computing deadlines, from the cycle counter when it is usable (~10 ns here
 // against ~25 for clock_gettime, which was 65% of a Timer::reset in perf). Each thread
-// keeps one (counter, clock) pair, read counter first, and extrapolates from it for at
-// most kExtrapolateNs, with the counter's calibrated rate inflated by 1/1000 and kSlackNs
-// added: the estimate is never below CLOCK_MONOTONIC (a deadline computed from it is at
-// worst ~kSlackNs + 0.1% of kExtrapolateNs = 70 ns late, never early), and a counter that
-// steps backwards (another CPU's) makes the unsigned delta huge, which forces a clock read.
+// keeps one (counter, clock) pair and extrapolates from it for at most kExtrapolateNs,
+// with the counter's calibrated rate inflated by 1/1000 and kSlackNs added: the estimate
+// is never below CLOCK_MONOTONIC (a deadline computed from it is never early), and a
+// counter that steps backwards (another CPU's) makes the unsigned delta huge, which forces
+// a clock read. The pair is taken as counter, clock, counter; it is kept only when the two
+// counter reads are within kPairTightNs, so a preemption between the reads cannot leave
+// the estimate ahead of the clock by the preemption (seen once: 49.6 us, in CI). Worst
+// overshoot is kPairTightNs + kSlackNs + 0.1% of kExtrapolateNs ~ 1.1 us; typical ~70 ns.
 // The firing side always reads the real clock.
 constexpr std::uint64_t kExtrapolateNs = 50'000;
-constexpr std::int64_t kSlackNs = 20;  // covers the two reads being reordered (cycles)
+constexpr std::uint64_t kPairTightNs = 1'000;
+constexpr std::int64_t kSlackNs = 20;  // covers the reads being reordered (cycles)
 struct ClockPair {
   std::uint64_t ticks = 0;
   std::int64_t ns = 0;
@@ -238,12 +242,20 @@ std::int64_t deadline_now() noexcept {
                                        g_ns_per_tick_a.load(std::memory_order_relaxed));
   }
   if (!arch::cycle_counter_usable()) return now_ns();
-  c.ticks = arch::cycles();
-  c.ns = now_ns();  // read after the counter: at c.ticks the time was at most c.ns
   if (g_ns_per_tick_a.load(std::memory_order_relaxed) == 0)
     g_ns_per_tick_a.store(1.001 / arch::cycles_per_ns(), std::memory_order_relaxed);
-  c.max_ticks = arch::ns_to_cycles(kExtrapolateNs);
-  return c.ns;
+  std::uint64_t tight = arch::ns_to_cycles(kPairTightNs);
+  std::uint64_t t0 = arch::cycles();
+  std::int64_t ns = now_ns();  // at t0 the time was at most ns
+  std::uint64_t t1 = arch::cycles();
+  if (t1 - t0 < tight) {  // no preemption between: ns is at most ~1 us past t0's time
+    c.ticks = t0;
+    c.ns = ns;
+    c.max_ticks = arch::ns_to_cycles(kExtrapolateNs);
+  } else {
+    c.max_ticks = 0;  // try again next call; ns itself is a correct "now"
+  }
+  return ns;
 }
 }  // namespace
 
