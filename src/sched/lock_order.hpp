@@ -20,9 +20,13 @@
 //   6. TimerBucket::lock          (timer/bucket.hpp: one timer heap; a sleeping task
 //                                  holds its bucket's lock into park, and the commit
 //                                  hook drops it; firing happens after it is dropped)
+//   7. pool registry mutex        (pool/pool_trim.cpp: all pools; pool construction and
+//                                  destruction, the trim task, the per-P trim hook)
+//   8. PoolState::lock            (pool/pool_state.hpp: one pool's depot; O(1) under it)
 //
 // Lock-free, and so outside the order: each P's run queue (ring + runnext), the M park
-// notes (futex words), the counters npidle/nmspinning, P status words.
+// notes (futex words), the counters npidle/nmspinning, P status words, P::safepoint, and
+// the pool's per-P shards (owned by their P; touched elsewhere only at its safe points).
 //
 // Rejected: one big scheduler lock for queues and idle lists (Go's sched.lock covers
 // both); corun splits the global run queue off so a producer overflowing its ring never

@@ -80,6 +80,8 @@ void* m_thread_main(void* arg) {
 Runtime* boot(const Config& cfg, const os::Settings& s) {
   auto rt = std::make_unique<Runtime>();
   rt->settings = s;
+  static std::atomic<std::uint64_t> runs{0};  // relaxed: uniqueness only
+  rt->run_id = runs.fetch_add(1, std::memory_order_relaxed) + 1;
   os::TopologyRequest req;
   req.procs = cfg.procs ? cfg.procs : s.procs;
   req.numa = s.numa;
@@ -105,6 +107,7 @@ Runtime* boot(const Config& cfg, const os::Settings& s) {
     void* mem = os::node_alloc(sizeof(P), alignof(P), node);
     P* p = ::new (mem) P();
     p->id = i;
+    p->run_id = rt->run_id;
     p->os_cpu = place.os_cpu;
     p->numa_node = place.numa_node;
     p->victims = rt->plan.victims[static_cast<std::size_t>(i)];

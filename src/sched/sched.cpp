@@ -22,9 +22,7 @@
 
 namespace corun::sched {
 
-namespace {
-thread_local M* tls_m = nullptr;
-}  // namespace
+constinit thread_local M* tls_m = nullptr;
 
 // noinline + an asm memory clobber: the call is never merged with one made before a
 // context switch, so a task that moved threads sees its new M.
@@ -252,9 +250,15 @@ void handoffp(Runtime* rt, P* p) {
     startm(rt, p, true);
     return;
   }
-  {
-    std::lock_guard<std::mutex> g(rt->lock);
+  for (;;) {
+    std::unique_lock<std::mutex> g(rt->lock);
+    if (p->safepoint.load(std::memory_order_relaxed)) {  // we hold p: ours to run
+      g.unlock();
+      run_safepoint_slow(p);
+      continue;
+    }
     pidleput(rt, p);
+    break;
   }
   // Work may have arrived between the check and pidleput.
   full_fence();
@@ -480,6 +484,7 @@ Task* find_runnable(M* m) {
       continue;
     }
     Task* t = nullptr;
+    run_safepoint(p);
     check_timers_local(rt, p);  // what they ready lands in runnext
     // Every 61st schedule, the global queue first (Go's fairness rule; a countdown, not a
     // division, on this path).
@@ -523,9 +528,15 @@ Task* find_runnable(M* m) {
       if (spin_until_timer(rt, p, now)) continue;
     }
 
-    // Nothing anywhere: give the P back.
+    // Nothing anywhere: give the P back. A safe point requested before we took the lock
+    // is ours to run (the requester saw the P running); one after it finds the P idle.
     {
-      std::lock_guard<std::mutex> g(rt->lock);
+      std::unique_lock<std::mutex> g(rt->lock);
+      if (p->safepoint.load(std::memory_order_relaxed)) {
+        g.unlock();
+        run_safepoint_slow(p);
+        continue;
+      }
       pidleput(rt, p);
       m->p = nullptr;
     }

@@ -68,9 +68,10 @@ enum class PStatus : std::uint32_t { idle, running, syscall };
 struct alignas(64) P {
   // Immutable after boot.
   int id = 0;
-  int os_cpu = -1;                       // CPU to pin to, -1 for none
-  int numa_node = -1;                    // for placement
-  std::vector<int> victims;              // other P ids, nearest first
+  std::uint64_t run_id = 0;  // Runtime::run_id; beside id: the pool's fast path reads both
+  int os_cpu = -1;           // CPU to pin to, -1 for none
+  int numa_node = -1;        // for placement
+  std::vector<int> victims;  // other P ids, nearest first
   os::StackAllocator* stacks = nullptr;  // this P's NUMA node's allocator
 
   // Written by the holder on transitions, CASed by sysmon (syscall -> idle);
@@ -120,6 +121,11 @@ struct alignas(64) P {
   // CORUN_TIMERS=global. Immutable after boot.
   timer::TimerBucket* tb = nullptr;
 
+  // Safe-point request (safepoint.cpp): set (release) by request_safepoint, taken
+  // (exchange, acq_rel) by whoever runs the hook for this P: its owner in find_runnable
+  // or before it idles the P, or the requester while the P is out of the idle list.
+  std::atomic<bool> safepoint{false};
+
   P* link = nullptr;  // idle list, guarded by Runtime::lock
 };
 
@@ -163,6 +169,9 @@ struct M {
 
 struct Runtime {
   os::Settings settings;
+  // Unique for every run() of the process (never reused, unlike the Runtime's address):
+  // lets layers above tell state from an earlier run from this one's. Immutable.
+  std::uint64_t run_id = 0;
   os::TopologyPlan plan;
   int nprocs = 0;
   std::size_t stack_bytes = 0;
@@ -225,6 +234,10 @@ struct Runtime {
 // optimiser for that reason.
 M* current_m() noexcept;
 void set_current_m(M* m) noexcept;
+// The variable behind current_m(), for hot paths that never switch context between the
+// read and the last use (the pool's get/put: one TLS load instead of a call). Anything
+// that may park, yield or call user code in between must use current_m().
+extern constinit thread_local M* tls_m;
 Runtime* current_runtime() noexcept;  // the running runtime, or nullptr
 
 // ---- scheduler operations (sched.cpp) ----------------------------------------------
@@ -292,11 +305,33 @@ std::int64_t earliest_timer(Runtime* rt) noexcept;  // over all buckets; kNever 
 bool any_timer_due(Runtime* rt) noexcept;           // some bucket's earliest has passed
 void drain_timers(Runtime* rt) noexcept;            // at destruction
 
+// ---- per-P safe points (safepoint.cpp) ---------------------------------------------
+// A higher layer that keeps per-P data only the P's owner touches (the pool's shards,
+// with plain loads and stores on its fast path) registers one hook; request_safepoint
+// then has it run once for every P at a point where no task runs on that P: the
+// caller's own P at once (the caller is a task between operations), idle Ps by the
+// caller while it holds them out of the idle list, running Ps by their owner at its next
+// trip through find_runnable (at least every 61st task pick) or before it idles them. A
+// P whose M sits in blocking() runs it when the P next schedules or is handed off. Only
+// a P that runs one task without ever parking delays its turn.
+using SafepointFn = void (*)(P* p) noexcept;
+void register_safepoint_hook(SafepointFn fn) noexcept;  // at static initialisation
+void request_safepoint(Runtime* rt) noexcept;           // from a task
+// The owner of p (or whoever holds p outside the idle list): runs the hook if requested.
+inline void run_safepoint(P* p) noexcept;
+bool safepoint_pending(Runtime* rt) noexcept;  // some P has not run the last request yet
+
 // ---- sysmon (sysmon.cpp) -------------------------------------------------------------
 void sysmon_start(Runtime* rt);
 void sysmon_stop(Runtime* rt);
 inline constexpr std::uint32_t kSysmonWatching = 0, kSysmonSlices = 1, kSysmonIdle = 2;
 void sysmon_kick(Runtime* rt) noexcept;       // a P entered blocking(): make sure sysmon watches
 void sysmon_wake_idle(Runtime* rt) noexcept;  // a P started running: wake a sysmon asleep for good
+
+void run_safepoint_slow(P* p) noexcept;
+inline void run_safepoint(P* p) noexcept {
+  // relaxed: a hint; the exchange in run_safepoint_slow orders the hook's work.
+  if (p->safepoint.load(std::memory_order_relaxed)) run_safepoint_slow(p);
+}
 
 }  // namespace corun::sched
