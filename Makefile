@@ -86,8 +86,9 @@ $(B)/libcorun.a: $(LIB_OBJ)
 $(B)/corun-tests: $(TEST_OBJ) $(B)/libcorun.a
 	$(CXX) $(LDFLAGS_ALL) -o $@ $(TEST_OBJ) $(B)/libcorun.a $(LIBS)
 
+# The benchmarks format with {fmt} (the pool's Sprintf family); the library does not.
 $(B)/corun-bench: $(BENCH_OBJ) $(B)/libcorun.a
-	$(CXX) $(LDFLAGS_ALL) -o $@ $(BENCH_OBJ) $(B)/libcorun.a $(LIBS)
+	$(CXX) $(LDFLAGS_ALL) -o $@ $(BENCH_OBJ) $(B)/libcorun.a $(LIBS) -lfmt
 
 $(B)/examples/%: examples/%.cpp $(B)/libcorun.a
 	@mkdir -p $(dir $@)

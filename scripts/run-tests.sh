@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs build/<variant>/corun-tests: the unit suites (arch, os.*, sched.runq, timer.heap)
-# once, the runtime suites (sched, sched.death, sync, chan, timer, context) at every P
+# once, the runtime suites (sched, sched.death, sync, chan, timer, context, pool) at every P
 # count given, then the script tests. Usage: scripts/run-tests.sh BUILD_DIR "1 2 4"
 # Prints doctest's summary per run and a final "N passed, N failed" line.
 set -uo pipefail
 b=${1:?build dir}
 procs=${2:-"1 2 4"}
 bin="$b/corun-tests"
-runtime_suites='sched,sched.death,sync,chan,timer,context'
+runtime_suites='sched,sched.death,sync,chan,timer,context,pool'
 pass=0      # test cases passed, summed over the runs (doctest's and unittest's counts)
 fail=0      # test cases failed, plus 1 for any run that crashed or exited non-zero
 log=$(mktemp)

@@ -12,9 +12,11 @@
 //   chan_close(chan, woken)      channel chan was closed, waking `woken` waiters
 //   timer_fire(n, late_ns)       a timer heap fired n timers; the first was late_ns late
 //   timer_watch(until_ns)        the idle watcher M sleeps until until_ns (-1: no timer)
+//   pool_spill(pool, n)          a P's full cache sent a batch of n objects to the depot
+//   pool_refill(pool, n)         a P's empty cache took a batch of n objects from it
+//   pool_trim(freed, nodes)      a trim destroyed `freed` idle objects, `nodes` batch nodes
 // Use: perf buildid-cache --add ./app; perf list 'sdt_corun:*';
 //      perf probe sdt_corun:steal; perf record -e sdt_corun:steal -a -- ./app
-// The pool (issue 5) adds its batch moves with the same provider.
 // Rejected: LTTng-UST or our own ring buffer — USDT needs no runtime library, no
 // registration, and perf/bpftrace already read it.
 #pragma once

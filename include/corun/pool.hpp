@@ -1,0 +1,89 @@
+// corun/pool.hpp — Pool<T>: a cache of reusable objects (Go's sync.Pool), scalable.
+//
+// get() returns a cached object if there is one (the caller owns it: never the same
+// object to two callers), else make(), else nullptr; put() gives an object back. Each P
+// keeps a small cache of its own (a private slot and a 28-slot array on its NUMA node's
+// memory, allocated when the P first uses the pool); get and put on it are plain loads
+// and stores, no atomic, no lock. When the array fills, half of it moves to the pool's
+// depot as one batch (O(1) under the depot's lock); when it empties, get takes a batch
+// back. Threads that are not Ps (foreign threads, blocking() calls) use the depot
+// directly, under its lock.
+//
+// Trimming without a GC: every CORUN_POOL_TRIM_MS (default 5 s) a runtime timer moves
+// everything cached — depot and per-P caches — to a victim generation and destroys the
+// previous victims. get() still finds victims (a busy pool keeps its hot objects); an
+// object nobody took for two periods is destroyed. Between runs nothing is trimmed;
+// destroying the Pool destroys everything it holds.
+//
+// CORUN_POOL=global replaces the per-P caches with one mutex-protected list (the design
+// Go had before CL 46010043), for comparison.
+//
+// Memory: sizeof(Pool<T>) is a std::function plus two pointers; the pool's state (~200
+// bytes) is allocated with it; in a run with P Ps, the first use on a P adds 8·P bytes
+// (the shard table, once per run) and a 256-byte shard for that P, plus a 128-byte batch
+// node per batch in flight. See the README for the figures.
+//
+// A Pool must outlive every get/put on it; it may be a global and be used across runs.
+// It is neither copyable nor movable (its per-P caches are keyed by its address).
+// Rejected: templated per-T cores (code bloat, and one non-template fast path is what
+// perf shows); Go 1.13's lock-free per-P deques (its point is letting other Ps steal
+// without a lock; corun moves whole batches through the depot instead, as the seed did).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+namespace corun {
+
+namespace detail {
+// The type-erased pool (src/pool/pool.cpp). get/put are called from tasks on any P and
+// from any thread; see pool.cpp for the ownership of each part.
+class PoolCore {
+ public:
+  using Destroy = void (*)(void*) noexcept;
+  explicit PoolCore(Destroy destroy);
+  ~PoolCore();
+  PoolCore(const PoolCore&) = delete;
+  PoolCore& operator=(const PoolCore&) = delete;
+
+  void* get() noexcept;          // a cached object, or nullptr
+  void put(void* obj) noexcept;  // obj != nullptr
+
+ private:
+  friend struct PoolAccess;  // pool.cpp
+  // The current run's shard table (pool.cpp ShardTable): published with release by the
+  // depot lock's holder, loaded with acquire on every get/put. Read-mostly.
+  std::atomic<void*> table_{nullptr};
+  void* state_ = nullptr;  // pool.cpp PoolState: depot, victims, registry link
+};
+}  // namespace detail
+
+template <class T>
+class Pool {
+ public:
+  explicit Pool(std::function<std::unique_ptr<T>()> make = {})
+      : make_(std::move(make)), core_(&destroy) {}
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // A cached object, else make(), else nullptr. An exception from make() propagates.
+  std::unique_ptr<T> get() {
+    if (void* p = core_.get()) return std::unique_ptr<T>(static_cast<T*>(p));
+    if (make_) return make_();
+    return nullptr;
+  }
+
+  // Gives obj to the pool (nullptr is ignored). Never blocks.
+  void put(std::unique_ptr<T> obj) noexcept {
+    if (obj) core_.put(obj.release());
+  }
+
+ private:
+  static void destroy(void* p) noexcept { delete static_cast<T*>(p); }
+
+  std::function<std::unique_ptr<T>()> make_;
+  detail::PoolCore core_;
+};
+
+}  // namespace corun

@@ -1,0 +1,451 @@
+// pool/pool.cpp — PoolCore: get/put through the caller's P shard, the depot, or (for
+// threads that are not Ps, and in CORUN_POOL=global) the depot alone.
+//
+// Fast path (a task on a P, shard present): one TLS load (sched::tls_m), the P, the
+// table (acquire load: a plain mov on x86), a run-id compare, then the private slot or
+// the local array — plain loads and stores, no atomic RMW, no lock. It is safe without
+// them because a task never parks inside get/put (it stays on its P) and every other
+// party touching the shard does it at a safe point of that P (pool_state.hpp).
+// Slow paths, each O(1) under the depot lock:
+//   put, array full: the oldest kBatch objects move to the depot as one batch node (the
+//     shard's spare node: no allocation in steady state), a spare is taken back;
+//   get, array empty: one batch from the depot (else from the victims) refills the
+//     array; its node becomes the shard's spare;
+//   no table for this run, or no shard for this P yet: install them (table sized for the
+//     run's P count; shard on the P's NUMA node, os::node_alloc), move what a previous
+//     run's shards held into the depot, and make sure the run's trim timer is armed.
+// Threads without a P put into / take from the top batch of the depot one object at a
+// time; in CORUN_POOL=global every get/put does that (one lock-protected list: the
+// seed's "old", with a spin lock where Go had a mutex — kinder to the old design).
+// Rejected: Go's pin/unpin (corun cannot be preempted inside get/put: no need); a TLS
+// per-thread cache for foreign threads (its objects would be pinned until thread exit,
+// and foreign threads are the rare case); a lock-free depot (batch moves are rare).
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include <corun/time.hpp>
+
+#include "arch/spinlock.hpp"
+#include "os/numa.hpp"
+#include "pool/pool_state.hpp"
+#include "pool/pool_trim.hpp"
+#include "sched/probes.hpp"
+#include "sched/sched.hpp"
+
+namespace corun::detail {
+
+struct PoolAccess {
+  static PoolState* state(const PoolCore& c) noexcept { return static_cast<PoolState*>(c.state_); }
+  static ShardTable* table(const PoolCore& c) noexcept {
+    return static_cast<ShardTable*>(c.table_.load(std::memory_order_acquire));
+  }
+  static void publish(PoolCore& c, ShardTable* t) noexcept {
+    c.table_.store(t, std::memory_order_release);  // release: the table's fields
+  }
+};
+
+namespace {
+
+struct DepotGuard {
+  PoolState* st;
+  explicit DepotGuard(PoolState* s) noexcept : st(s) { spin_lock(st->lock); }
+  ~DepotGuard() { spin_unlock(st->lock); }
+};
+
+// Under the depot lock.
+void refresh_hint(PoolState* st) noexcept {
+  st->has_items.store(st->full || st->victim, std::memory_order_relaxed);
+}
+Batch* pop(Batch*& list) noexcept {
+  Batch* b = list;
+  if (b) list = b->next;
+  return b;
+}
+void push(Batch*& list, Batch* b) noexcept {
+  b->next = list;
+  list = b;
+}
+
+// A thread without a P (or any thread in global mode): one object into the top batch.
+__attribute__((noinline)) void depot_put(PoolState* st, void* x) noexcept {
+  Batch* fresh = nullptr;
+  for (;;) {
+    {
+      DepotGuard g(st);
+      Batch* b = st->full;
+      if (!b || b->n == kBatch) {
+        b = pop(st->empty);
+        if (!b && fresh) {
+          b = fresh;
+          fresh = nullptr;
+          st->nodes++;
+        }
+        if (b) {
+          b->n = 0;
+          push(st->full, b);
+        }
+      }
+      if (b) {
+        b->items[b->n++] = x;
+        refresh_hint(st);
+        if (fresh) {  // another thread made room meanwhile: keep ours as a spare
+          push(st->empty, fresh);
+          st->nodes++;
+        }
+        return;
+      }
+    }
+    fresh = new Batch();  // outside the lock; rare (no spare node anywhere)
+  }
+}
+
+__attribute__((noinline)) void* depot_get(PoolState* st) noexcept {
+  if (!st->has_items.load(std::memory_order_relaxed)) return nullptr;
+  DepotGuard g(st);
+  Batch*& list = st->full ? st->full : st->victim;
+  Batch* b = list;
+  if (!b) return nullptr;
+  void* x = b->items[--b->n];
+  if (b->n == 0) push(st->empty, pop(list));
+  refresh_hint(st);
+  return x;
+}
+
+// Array full: its oldest kBatch objects go to the depot as one batch, then x goes in.
+__attribute__((noinline)) void spill(PoolState* st, Shard* s, void* x) noexcept {
+  Batch* b = s->spare;
+  s->spare = nullptr;
+  if (!b) {
+    {
+      DepotGuard g(st);
+      if ((b = pop(st->empty))) {
+        st->nodes--;
+        st->shard_nodes++;
+      }
+    }
+    if (!b) {
+      b = new Batch();
+      DepotGuard g(st);
+      st->shard_nodes++;
+    }
+  }
+  b->n = kBatch;
+  std::memcpy(b->items, s->local, sizeof(void*) * kBatch);
+  std::memmove(s->local, s->local + kBatch, sizeof(void*) * (kLocalCap - kBatch));
+  s->n = kLocalCap - kBatch;
+  s->local[s->n++] = x;
+  {
+    DepotGuard g(st);
+    push(st->full, b);
+    st->shard_nodes--;
+    st->nodes++;
+    if ((s->spare = pop(st->empty))) {
+      st->nodes--;
+      st->shard_nodes++;
+    }
+    refresh_hint(st);
+  }
+  CORUN_PROBE2(pool_spill, st, kBatch);
+}
+
+// Array empty: one batch from the depot, else the victims, refills it.
+__attribute__((noinline)) void* refill(PoolState* st, Shard* s) noexcept {
+  if (!st->has_items.load(std::memory_order_relaxed)) return nullptr;
+  Batch* b = nullptr;
+  {
+    DepotGuard g(st);
+    b = pop(st->full);
+    if (!b) b = pop(st->victim);
+    if (!b) return nullptr;
+    if (s->spare) {
+      push(st->empty, s->spare);  // one node each way: the counts stay
+    } else {
+      st->nodes--;
+      st->shard_nodes++;
+    }
+    refresh_hint(st);
+  }
+  std::uint32_t n = b->n;
+  std::memcpy(s->local, b->items, sizeof(void*) * (n - 1));
+  s->n = n - 1;
+  void* x = b->items[n - 1];
+  b->n = 0;
+  s->spare = b;
+  CORUN_PROBE2(pool_refill, st, n);
+  return x;
+}
+
+// Moves a stale table's shards' objects into the depot and frees the shards. Called by
+// the installer, under no lock, once the new table is published: nothing reads a stale
+// table's shards (the fast path compares run ids; safe points use the current table).
+void retire_shards(PoolState* st, ShardTable* t) noexcept {
+  for (std::uint32_t i = 0; i < t->n; i++) {
+    Shard* s = t->shards[i];
+    if (!s) continue;
+    if (s->priv) depot_put(st, s->priv);
+    for (std::uint32_t k = 0; k < s->n; k++) depot_put(st, s->local[k]);
+    if (s->spare) {
+      DepotGuard g(st);
+      push(st->empty, s->spare);
+      st->shard_nodes--;
+      st->nodes++;
+    }
+    s->~Shard();
+    os::node_free(s, sizeof(Shard));
+    t->shards[i] = nullptr;
+  }
+}
+
+ShardTable* new_table(std::uint64_t run_id, std::uint32_t n) {
+  std::size_t bytes = sizeof(ShardTable) + sizeof(Shard*) * n;
+  bytes = (bytes + 63) & ~std::size_t{63};  // own lines: read by every P, rarely written
+  void* mem = ::operator new (bytes, std::align_val_t{64});
+  std::memset(mem, 0, bytes);
+  auto* t = ::new (mem) ShardTable();
+  t->run_id = run_id;
+  t->n = n;
+  return t;
+}
+
+void free_table(ShardTable* t) noexcept {
+  ::operator delete (t, std::align_val_t{64});
+}
+
+std::size_t table_bytes(const ShardTable* t) noexcept {
+  return (sizeof(ShardTable) + sizeof(Shard*) * t->n + 63) & ~std::size_t{63};
+}
+
+// The caller's P has no usable shard: install the run's table and P's shard. nullptr
+// when the P cannot have one (global mode, or out of memory: the depot serves instead).
+__attribute__((noinline)) Shard* install(PoolCore& c, sched::M* m, sched::P* p) noexcept {
+  sched::Runtime* rt = m->rt;
+  if (rt->settings.pool == os::PoolMode::global) {
+    pool_trimmer_ensure(rt);
+    return nullptr;
+  }
+  PoolState* st = PoolAccess::state(c);
+  ShardTable* t = PoolAccess::table(c);
+  ShardTable* stale = nullptr;
+  if (!t || t->run_id != p->run_id) {
+    ShardTable* fresh = nullptr;
+    try {
+      fresh = new_table(p->run_id, static_cast<std::uint32_t>(rt->nprocs));
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+    {
+      DepotGuard g(st);
+      t = PoolAccess::table(c);
+      if (!t || t->run_id != p->run_id) {  // we install (another P may have meanwhile)
+        stale = t;
+        if (stale) {
+          stale->older = st->retired;
+          st->retired = stale;
+        }
+        PoolAccess::publish(c, fresh);
+        t = fresh;
+        fresh = nullptr;
+      }
+    }
+    if (fresh) free_table(fresh);
+    if (stale) retire_shards(st, stale);
+    pool_trimmer_ensure(rt);
+  }
+  Shard* s = nullptr;
+  try {
+    s = ::new (os::node_alloc(sizeof(Shard), alignof(Shard), p->numa_node)) Shard();
+  } catch (...) {
+    return nullptr;
+  }
+  t->shards[p->id] = s;  // only P p's owner writes its slot
+  return s;
+}
+
+}  // namespace
+
+PoolCore::PoolCore(Destroy destroy) {
+  auto* st = new PoolState();
+  st->core = this;
+  st->destroy = destroy;
+  state_ = st;
+  pool_register(st);
+}
+
+PoolCore::~PoolCore() {
+  auto* st = static_cast<PoolState*>(state_);
+  pool_unregister(st);  // no trim or safe point reaches it after this
+  ShardTable* t = PoolAccess::table(*this);
+  std::vector<void*> objs;
+  auto take_shards = [&](ShardTable* tab) {
+    for (std::uint32_t i = 0; i < tab->n; i++) {
+      Shard* s = tab->shards[i];
+      if (!s) continue;
+      if (s->priv) objs.push_back(s->priv);
+      for (std::uint32_t k = 0; k < s->n; k++) objs.push_back(s->local[k]);
+      delete s->spare;
+      s->~Shard();
+      os::node_free(s, sizeof(Shard));
+    }
+  };
+  if (t) {
+    take_shards(t);
+    free_table(t);
+  }
+  for (ShardTable* r = st->retired; r;) {
+    ShardTable* nx = r->older;
+    take_shards(r);  // retired tables have no shards left; kept for symmetry
+    free_table(r);
+    r = nx;
+  }
+  for (Batch** list : {&st->full, &st->victim, &st->empty})
+    while (Batch* b = pop(*list)) {
+      for (std::uint32_t k = 0; k < b->n; k++) objs.push_back(b->items[k]);
+      delete b;
+    }
+  Destroy destroy = st->destroy;
+  delete st;
+  for (void* o : objs) destroy(o);
+}
+
+void* PoolCore::get() noexcept {
+  sched::M* m = sched::tls_m;  // no context switch before the last use (sched.hpp)
+  sched::P* p;
+  if (m && (p = m->p)) {
+    ShardTable* t = PoolAccess::table(*this);
+    Shard* s;
+    if (t && t->run_id == p->run_id && (s = t->shards[p->id])) {
+      if (void* x = s->priv) {
+        s->priv = nullptr;
+        return x;
+      }
+      if (s->n) return s->local[--s->n];
+      return refill(PoolAccess::state(*this), s);
+    }
+    if ((s = install(*this, m, p))) return refill(PoolAccess::state(*this), s);
+  }
+  return depot_get(PoolAccess::state(*this));
+}
+
+void PoolCore::put(void* x) noexcept {
+  sched::M* m = sched::tls_m;
+  sched::P* p;
+  if (m && (p = m->p)) {
+    ShardTable* t = PoolAccess::table(*this);
+    Shard* s;
+    if (!(t && t->run_id == p->run_id && (s = t->shards[p->id])) && !(s = install(*this, m, p))) {
+      depot_put(PoolAccess::state(*this), x);
+      return;
+    }
+    if (!s->priv) {
+      s->priv = x;
+      return;
+    }
+    if (s->n < kLocalCap) {
+      s->local[s->n++] = x;
+      return;
+    }
+    spill(PoolAccess::state(*this), s, x);
+    return;
+  }
+  depot_put(PoolAccess::state(*this), x);
+}
+
+// ---- trimming and accounting (called by pool_trim.cpp and tests) ----------------------
+
+void pool_rotate_depot(PoolState* st, std::vector<void*>& garbage, std::vector<Batch*>& nodes) {
+  DepotGuard g(st);
+  while (Batch* b = pop(st->victim)) {
+    for (std::uint32_t k = 0; k < b->n; k++) garbage.push_back(b->items[k]);
+    nodes.push_back(b);
+    st->nodes--;
+  }
+  // Spare nodes beyond a few are memory the pool no longer needs.
+  std::uint32_t keep = 4;
+  Batch* kept = nullptr;
+  while (Batch* b = pop(st->empty)) {
+    if (keep) {
+      keep--;
+      push(kept, b);
+    } else {
+      nodes.push_back(b);
+      st->nodes--;
+    }
+  }
+  st->empty = kept;
+  st->victim = st->full;
+  st->full = nullptr;
+  refresh_hint(st);
+}
+
+void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {
+  ShardTable* t = PoolAccess::table(*st->core);
+  if (!t || t->run_id != p->run_id || static_cast<std::uint32_t>(p->id) >= t->n) return;
+  Shard* s = t->shards[p->id];
+  if (!s || (!s->priv && s->n == 0)) return;
+  void* items[kLocalCap + 1];
+  std::uint32_t n = 0;
+  if (s->priv) items[n++] = s->priv;
+  for (std::uint32_t k = 0; k < s->n; k++) items[n++] = s->local[k];
+  s->priv = nullptr;
+  s->n = 0;
+  // Nodes: the shard's spare, then the depot's spares, then new ones (outside the lock).
+  std::uint32_t need = (n + kBatch - 1) / kBatch, have = 0;
+  Batch* nodes = nullptr;
+  if (s->spare) {  // already counted in shard_nodes
+    push(nodes, s->spare);
+    s->spare = nullptr;
+    have++;
+  }
+  {
+    DepotGuard g(st);
+    for (; have < need && st->empty; have++) {
+      push(nodes, pop(st->empty));
+      st->nodes--;
+      st->shard_nodes++;
+    }
+  }
+  std::uint32_t fresh = 0;
+  for (; have < need; have++, fresh++) push(nodes, new Batch());
+  DepotGuard g(st);
+  st->shard_nodes += fresh;
+  std::uint32_t i = 0;
+  while (Batch* b = pop(nodes)) {
+    b->n = 0;
+    while (i < n && b->n < kBatch) b->items[b->n++] = items[i++];
+    st->shard_nodes--;
+    st->nodes++;
+    push(b->n ? (to_victims ? st->victim : st->full) : st->empty, b);
+  }
+  refresh_hint(st);
+}
+
+std::size_t pool_footprint(const PoolCore& c) noexcept {
+  PoolState* st = PoolAccess::state(c);
+  std::size_t bytes = sizeof(PoolState);
+  DepotGuard g(st);
+  bytes += std::size_t{st->nodes + st->shard_nodes} * sizeof(Batch);
+  if (ShardTable* t = PoolAccess::table(c)) {
+    bytes += table_bytes(t);
+    for (std::uint32_t i = 0; i < t->n; i++)
+      if (t->shards[i]) bytes += sizeof(Shard);
+  }
+  for (ShardTable* r = st->retired; r; r = r->older) bytes += table_bytes(r);
+  return bytes;
+}
+
+std::size_t pool_cached(const PoolCore& c) noexcept {
+  PoolState* st = PoolAccess::state(c);
+  std::size_t n = 0;
+  if (ShardTable* t = PoolAccess::table(c))
+    for (std::uint32_t i = 0; i < t->n; i++)
+      if (Shard* s = t->shards[i]) n += (s->priv ? 1 : 0) + s->n;
+  DepotGuard g(st);
+  for (Batch* list : {st->full, st->victim})
+    for (Batch* b = list; b; b = b->next) n += b->n;
+  return n;
+}
+
+}  // namespace corun::detail

@@ -1,0 +1,76 @@
+// pool/pool_state.hpp — the data behind a PoolCore: per-P shards, batch nodes, the depot.
+//
+// Who touches what:
+//   Shard       one P's cache of one pool. Only the P's owner (the task running on it,
+//               inside get/put, which never park) — or whoever runs that P's safe point
+//               (sched/safepoint.cpp: the owner between tasks, or a trimmer holding the
+//               idle P) — touches it, with plain loads and stores. The P hand-over
+//               (Runtime::lock, P::status release/acquire) orders successive owners.
+//   ShardTable  one per run that used the pool: shards[i] is written by P i's owner (at
+//               its first use) and read by it and its safe points. Tables are published
+//               through PoolCore::table_ (release, under the depot lock) and never freed
+//               before the pool: a stale table may still be read by a get/put racing
+//               with the install, which only compares its run_id and moves on.
+//   PoolState   the depot: batches of up to kBatch objects in LIFO lists (full: the
+//               current generation; victim: the previous one; empty: spare nodes),
+//               guarded by `lock` (a spin lock: O(1) under it, never held across a call
+//               out). `has_items` is a hint read without the lock so an empty pool's
+//               get does not take it (relaxed both ways: a stale "empty" costs one make()).
+// Invariants: every cached object is in exactly one place (one shard slot, or one
+// batch slot); batch nodes in `full`/`victim` hold 1..kBatch objects, in `empty` and a
+// shard's `spare` none.
+// What changes on 2 sockets × 64 cores: the depot is one lock and one line for all 128
+// Ps; the batch transfer makes a P touch it once per kBatch overflowing puts, which the
+// seed found enough at 32 Ps. A per-node depot would be the next step if perf shows it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "pool/pool_internal.hpp"
+
+namespace corun::detail {
+
+struct Batch {
+  Batch* next = nullptr;
+  std::uint32_t n = 0;
+  void* items[kBatch];
+};
+static_assert(sizeof(Batch) == 128, "two batch nodes per 256 bytes: keep it so");
+
+struct alignas(64) Shard {
+  void* priv = nullptr;    // get takes it first, put fills it first (Go's private)
+  Batch* spare = nullptr;  // an empty node for the next overflow, so it allocates nothing
+  std::uint32_t n = 0;     // used slots of local
+  void* local[kLocalCap];  // LIFO: local[n-1] is the most recently put (warmest)
+};
+static_assert(sizeof(Shard) == 256, "four cache lines per P per pool (README footprint)");
+
+struct ShardTable {
+  std::uint64_t run_id = 0;     // Runtime::run_id of the run it serves
+  std::uint32_t n = 0;          // that run's P count
+  ShardTable* older = nullptr;  // retired tables, freed with the pool (depot lock)
+  Shard* shards[];              // n entries, nullptr until P i first uses the pool
+};
+
+struct PoolRegistryLink {
+  struct PoolState* prev = nullptr;
+  struct PoolState* next = nullptr;
+};
+
+struct alignas(64) PoolState {
+  PoolCore* core = nullptr;
+  PoolCore::Destroy destroy = nullptr;
+  PoolRegistryLink reg;  // the list of all pools (pool.cpp g_registry_mu)
+
+  std::atomic<std::uint32_t> lock{0};  // the depot (lock_order.hpp #8)
+  std::atomic<bool> has_items{false};  // full || victim, as last seen under lock
+  Batch* full = nullptr;
+  Batch* victim = nullptr;
+  Batch* empty = nullptr;
+  std::uint32_t nodes = 0;        // batch nodes owned by the depot lists (footprint)
+  std::uint32_t shard_nodes = 0;  // spares held by shards (footprint; depot lock)
+  ShardTable* retired = nullptr;  // older tables
+};
+
+}  // namespace corun::detail
