@@ -1,12 +1,12 @@
 // pool/pool.cpp — PoolCore: get/put through the caller's P shard, the depot, or (for
 // threads that are not Ps, and in CORUN_POOL=global) the depot alone.
 //
-// Fast path (a task on a P, shard present): one TLS load (sched::tls_m), the P, the
-// table (acquire load: a plain mov on x86), a run-id compare, then the private slot or
-// the local array — plain loads and stores, no atomic RMW, no lock. It is safe without
-// them because a task never parks inside get/put (it stays on its P) and every other
-// party touching the shard does it at a safe point of that P (pool_state.hpp).
-// Slow paths, each O(1) under the depot lock:
+// Fast path (a task on a P, shard present): the P's id and run id from TLS
+// (sched::tls_proc), the table (acquire load: a plain mov on x86), a run-id compare, the
+// shard, then the private slot or the local array — plain loads and stores, no atomic RMW, no lock.
+// It is safe without them because a task never parks inside get/put (it stays on its P) and every
+// other party touching the shard does it at a safe point of that P (pool_state.hpp). Slow paths,
+// each O(1) under the depot lock:
 //   put, array full: the oldest kBatch objects move to the depot as one batch node (the
 //     shard's spare node: no allocation in steady state), a spare is taken back;
 //   get, array empty: one batch from the depot (else from the victims) refills the
@@ -220,7 +220,10 @@ std::size_t table_bytes(const ShardTable* t) noexcept {
 
 // The caller's P has no usable shard: install the run's table and P's shard. nullptr
 // when the P cannot have one (global mode, or out of memory: the depot serves instead).
-__attribute__((noinline)) Shard* install(PoolCore& c, sched::M* m, sched::P* p) noexcept {
+__attribute__((noinline)) Shard* install(PoolCore& c) noexcept {
+  sched::M* m = sched::current_m();
+  sched::P* p = m ? m->p : nullptr;
+  if (!p) return nullptr;
   sched::Runtime* rt = m->rt;
   if (rt->settings.pool == os::PoolMode::global) {
     pool_trimmer_ensure(rt);
@@ -311,12 +314,11 @@ PoolCore::~PoolCore() {
 }
 
 void* PoolCore::get() noexcept {
-  sched::M* m = sched::tls_m;  // no context switch before the last use (sched.hpp)
-  sched::P* p;
-  if (m && (p = m->p)) {
+  const sched::ProcTls& me = sched::tls_proc;  // no context switch before the last use
+  if (me.id >= 0) {
     ShardTable* t = PoolAccess::table(*this);
     Shard* s;
-    if (t && t->run_id == p->run_id && (s = t->shards[p->id])) {
+    if (t && t->run_id == me.run_id && (s = t->shards[me.id])) {
       if (void* x = s->priv) {
         s->priv = nullptr;
         return x;
@@ -324,18 +326,17 @@ void* PoolCore::get() noexcept {
       if (s->n) return s->local[--s->n];
       return refill(PoolAccess::state(*this), s);
     }
-    if ((s = install(*this, m, p))) return refill(PoolAccess::state(*this), s);
+    if ((s = install(*this))) return refill(PoolAccess::state(*this), s);
   }
   return depot_get(PoolAccess::state(*this));
 }
 
 void PoolCore::put(void* x) noexcept {
-  sched::M* m = sched::tls_m;
-  sched::P* p;
-  if (m && (p = m->p)) {
+  const sched::ProcTls& me = sched::tls_proc;
+  if (me.id >= 0) {
     ShardTable* t = PoolAccess::table(*this);
     Shard* s;
-    if (!(t && t->run_id == p->run_id && (s = t->shards[p->id])) && !(s = install(*this, m, p))) {
+    if (!(t && t->run_id == me.run_id && (s = t->shards[me.id])) && !(s = install(*this))) {
       depot_put(PoolAccess::state(*this), x);
       return;
     }

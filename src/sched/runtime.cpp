@@ -328,7 +328,7 @@ BlockingScope::BlockingScope() : token_(nullptr) {
   P* p = m->p;
   m->oldp = p;
   p->syscalltick.fetch_add(1, std::memory_order_relaxed);
-  m->p = nullptr;
+  set_mp(m, nullptr);
   m->in_blocking.store(true, std::memory_order_seq_cst);
   // seq_cst: pairs with sysmon's "anything to watch?" check before it sleeps.
   p->status.store(PStatus::syscall, std::memory_order_seq_cst);
@@ -351,7 +351,7 @@ BlockingScope::~BlockingScope() {
   PStatus expected = PStatus::syscall;
   // acquire: if sysmon did not take the P, we get back the owner-only state we left.
   if (p->status.compare_exchange_strong(expected, PStatus::running, std::memory_order_acq_rel)) {
-    m->p = p;
+    set_mp(m, p);
     return;
   }
   P* np = nullptr;

@@ -22,7 +22,10 @@
 
 namespace corun::sched {
 
-constinit thread_local M* tls_m = nullptr;
+namespace {
+thread_local M* tls_m = nullptr;
+}  // namespace
+constinit thread_local ProcTls tls_proc;
 
 // noinline + an asm memory clobber: the call is never merged with one made before a
 // context switch, so a task that moved threads sees its new M.
@@ -90,7 +93,7 @@ M* midleget(Runtime* rt, P* p) noexcept {
 void acquirep(M* m, P* p) noexcept {
   Runtime* rt = m->rt;
   p->m = m;
-  m->p = p;
+  set_mp(m, p);
   m->lastp = p;
   p->status.store(PStatus::running, std::memory_order_release);
   sysmon_wake_idle(rt);  // a P runs again: time slices to watch
@@ -538,7 +541,7 @@ Task* find_runnable(M* m) {
         continue;
       }
       pidleput(rt, p);
-      m->p = nullptr;
+      set_mp(m, nullptr);
     }
     bool was_spinning = m->spinning;
     if (was_spinning) {
@@ -605,7 +608,7 @@ void mstart(M* m) {
   if (m->p) {
     std::lock_guard<std::mutex> g(rt->lock);
     pidleput(rt, m->p);
-    m->p = nullptr;
+    set_mp(m, nullptr);
   }
   os::thread_altstack_teardown();
   set_current_m(nullptr);

@@ -234,10 +234,21 @@ struct Runtime {
 // optimiser for that reason.
 M* current_m() noexcept;
 void set_current_m(M* m) noexcept;
-// The variable behind current_m(), for hot paths that never switch context between the
-// read and the last use (the pool's get/put: one TLS load instead of a call). Anything
-// that may park, yield or call user code in between must use current_m().
-extern constinit thread_local M* tls_m;
+// The P the calling thread holds, mirrored in thread-local storage for the pool's fast
+// path (two TLS loads instead of a call, the M and the P: the chain to a shard is three
+// loads long). Written only by the M's own thread, with m->p (set_mp), so it always
+// matches current_m()->p. Read it only where no context switch can happen between the
+// read and the last use (a task may resume on another thread).
+struct ProcTls {
+  int id = -1;               // m->p->id, -1 when the thread holds no P
+  std::uint64_t run_id = 0;  // m->p->run_id
+};
+extern constinit thread_local ProcTls tls_proc;
+inline void set_mp(M* m, P* p) noexcept {
+  m->p = p;
+  tls_proc.id = p ? p->id : -1;
+  tls_proc.run_id = p ? p->run_id : 0;
+}
 Runtime* current_runtime() noexcept;  // the running runtime, or nullptr
 
 // ---- scheduler operations (sched.cpp) ----------------------------------------------
