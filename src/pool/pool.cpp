@@ -225,11 +225,12 @@ __attribute__((noinline)) Shard* install(PoolCore& c) noexcept {
   sched::P* p = m ? m->p : nullptr;
   if (!p) return nullptr;
   sched::Runtime* rt = m->rt;
+  PoolState* st = PoolAccess::state(c);
   if (rt->settings.pool == os::PoolMode::global) {
+    st->global_run.store(rt->run_id, std::memory_order_relaxed);
     pool_trimmer_ensure(rt);
     return nullptr;
   }
-  PoolState* st = PoolAccess::state(c);
   ShardTable* t = PoolAccess::table(c);
   ShardTable* stale = nullptr;
   if (!t || t->run_id != p->run_id) {
@@ -326,7 +327,9 @@ void* PoolCore::get() noexcept {
       if (s->n) return s->local[--s->n];
       return refill(PoolAccess::state(*this), s);
     }
-    if ((s = install(*this))) return refill(PoolAccess::state(*this), s);
+    PoolState* st = PoolAccess::state(*this);
+    if (st->global_run.load(std::memory_order_relaxed) != me.run_id && (s = install(*this)))
+      return refill(st, s);
   }
   return depot_get(PoolAccess::state(*this));
 }
@@ -336,9 +339,12 @@ void PoolCore::put(void* x) noexcept {
   if (me.id >= 0) {
     ShardTable* t = PoolAccess::table(*this);
     Shard* s;
-    if (!(t && t->run_id == me.run_id && (s = t->shards[me.id])) && !(s = install(*this))) {
-      depot_put(PoolAccess::state(*this), x);
-      return;
+    if (!(t && t->run_id == me.run_id && (s = t->shards[me.id]))) {
+      PoolState* st = PoolAccess::state(*this);
+      if (st->global_run.load(std::memory_order_relaxed) == me.run_id || !(s = install(*this))) {
+        depot_put(st, x);
+        return;
+      }
     }
     if (!s->priv) {
       s->priv = x;

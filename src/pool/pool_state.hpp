@@ -71,6 +71,10 @@ struct alignas(64) PoolState {
   std::uint32_t nodes = 0;        // batch nodes owned by the depot lists (footprint)
   std::uint32_t shard_nodes = 0;  // spares held by shards (footprint; depot lock)
   ShardTable* retired = nullptr;  // older tables
+  // The run (Runtime::run_id) in which this pool found CORUN_POOL=global, so its get/put
+  // go straight to the depot without asking the runtime again. Relaxed: a stale value
+  // only sends one call through install(), which reads the setting itself.
+  std::atomic<std::uint64_t> global_run{0};
 };
 
 }  // namespace corun::detail
