@@ -98,7 +98,9 @@ __attribute__((noinline)) void depot_put(PoolState* st, void* x) noexcept {
         return;
       }
     }
-    fresh = new Batch();  // outside the lock; rare (no spare node anywhere)
+    // Outside the lock; rare (no spare node anywhere). Out of memory: the object is
+    // freed instead of cached, as a trim would (put cannot fail).
+    if (!(fresh = new (std::nothrow) Batch())) return st->destroy(x);
   }
 }
 
@@ -127,7 +129,7 @@ __attribute__((noinline)) void spill(PoolState* st, Shard* s, void* x) noexcept 
       }
     }
     if (!b) {
-      b = new Batch();
+      if (!(b = new (std::nothrow) Batch())) return st->destroy(x);  // as depot_put
       DepotGuard g(st);
       st->shard_nodes++;
     }
@@ -415,7 +417,11 @@ void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {
     }
   }
   std::uint32_t fresh = 0;
-  for (; have < need; have++, fresh++) push(nodes, new Batch());
+  for (; have < need; have++, fresh++) {
+    Batch* b = new (std::nothrow) Batch();
+    if (!b) break;  // out of memory: what does not fit stays in the shard (below)
+    push(nodes, b);
+  }
   DepotGuard g(st);
   st->shard_nodes += fresh;
   std::uint32_t i = 0;
@@ -427,6 +433,9 @@ void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {
     push(b->n ? (to_victims ? st->victim : st->full) : st->empty, b);
   }
   refresh_hint(st);
+  // Out of memory: what found no node stays cached here (n <= 1 + kLocalCap fits).
+  if (i < n) s->priv = items[i++];
+  for (; i < n; i++) s->local[s->n++] = items[i];
 }
 
 std::size_t pool_footprint(const PoolCore& c) noexcept {
