@@ -14,6 +14,9 @@
 #include <corun/corun.hpp>
 
 #include "arch/sanitizer.hpp"
+#if CORUN_ASAN
+#include <sanitizer/lsan_interface.h>
+#endif
 
 namespace corun::test {
 
@@ -39,6 +42,25 @@ inline void run(std::function<void()> fn, int n = 0) {
   cfg.procs = n ? n : procs();
   corun::run(cfg, std::move(fn));
 }
+
+// Allocations made while one of these lives are not reported as leaks by LeakSanitizer
+// (for a test whose scenario leaks on purpose, e.g. a destructor abandoned mid-way).
+// leak_check_off_for_this_thread(): the same for the rest of the calling thread's life
+// (for a task that is abandoned and never resumes to turn it back on).
+#if CORUN_ASAN
+struct LeakCheckOff {
+  LeakCheckOff() { __lsan_disable(); }
+  ~LeakCheckOff() { __lsan_enable(); }
+};
+inline void leak_check_off_for_this_thread() {
+  __lsan_disable();
+}
+#else
+inline void leak_check_off_for_this_thread() {}
+struct LeakCheckOff {
+  LeakCheckOff() {}  // user-provided: a scoped object is not an "unused variable"
+};
+#endif
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -24,8 +24,10 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <thread>
 #include <vector>
 
+#include <corun/runtime.hpp>
 #include <corun/time.hpp>
 
 #include "arch/spinlock.hpp"
@@ -70,7 +72,15 @@ void push(Batch*& list, Batch* b) noexcept {
 }
 
 // A thread without a P (or any thread in global mode): one object into the top batch.
+// Off a P (blocking(), foreign threads) the run's trim timer may not be armed yet: a
+// pool used only there must be trimmed too. On a P, install() has armed it.
+void ensure_trimmer_off_p() noexcept {
+  sched::M* m = sched::current_m();
+  if (sched::Runtime* rt = m ? m->rt : sched::current_runtime()) pool_trimmer_ensure(rt);
+}
+
 __attribute__((noinline)) void depot_put(PoolState* st, void* x) noexcept {
+  if (sched::tls_proc.id < 0) ensure_trimmer_off_p();
   Batch* fresh = nullptr;
   for (;;) {
     {
@@ -282,7 +292,21 @@ PoolCore::PoolCore(Destroy destroy) {
 
 PoolCore::~PoolCore() {
   auto* st = static_cast<PoolState*>(state_);
-  pool_unregister(st);  // no trim or safe point reaches it after this
+  pool_unregister(st);  // no new trim or safe point reaches it after this
+  // Help a trim that is destroying our victims (take what it has not), then wait for it
+  // to finish the one object it holds — unless it is a task of a run that has ended
+  // (abandoned: it never resumes, and never touches the state again).
+  while (void* x = pool_take_dying(st)) st->destroy(x);
+  while (st->trimmers.load(std::memory_order_acquire) != 0) {
+    std::uint64_t run = st->trim_run.load(std::memory_order_relaxed);
+    sched::Runtime* rt = sched::current_runtime();
+    if (run != 0 && (!rt || rt->run_id != run)) break;
+    sched::M* m = sched::current_m();
+    if (m && m->curg)
+      corun::yield();
+    else
+      std::this_thread::yield();
+  }
   ShardTable* t = PoolAccess::table(*this);
   std::vector<void*> objs;
   auto take_shards = [&](ShardTable* tab) {
@@ -306,7 +330,7 @@ PoolCore::~PoolCore() {
     free_table(r);
     r = nx;
   }
-  for (Batch** list : {&st->full, &st->victim, &st->empty})
+  for (Batch** list : {&st->full, &st->victim, &st->empty, &st->dying})
     while (Batch* b = pop(*list)) {
       for (std::uint32_t k = 0; k < b->n; k++) objs.push_back(b->items[k]);
       delete b;
@@ -364,13 +388,9 @@ void PoolCore::put(void* x) noexcept {
 
 // ---- trimming and accounting (called by pool_trim.cpp and tests) ----------------------
 
-void pool_rotate_depot(PoolState* st, std::vector<void*>& garbage, std::vector<Batch*>& nodes) {
+bool pool_rotate_depot(PoolState* st, std::vector<Batch*>& nodes) {
   DepotGuard g(st);
-  while (Batch* b = pop(st->victim)) {
-    for (std::uint32_t k = 0; k < b->n; k++) garbage.push_back(b->items[k]);
-    nodes.push_back(b);
-    st->nodes--;
-  }
+  while (Batch* b = pop(st->victim)) push(st->dying, b);
   // Spare nodes beyond a few are memory the pool no longer needs.
   std::uint32_t keep = 4;
   Batch* kept = nullptr;
@@ -387,6 +407,16 @@ void pool_rotate_depot(PoolState* st, std::vector<void*>& garbage, std::vector<B
   st->victim = st->full;
   st->full = nullptr;
   refresh_hint(st);
+  return st->dying != nullptr;
+}
+
+void* pool_take_dying(PoolState* st) noexcept {
+  DepotGuard g(st);
+  Batch* b = st->dying;
+  if (!b) return nullptr;
+  void* x = b->items[--b->n];
+  if (b->n == 0) push(st->empty, pop(st->dying));
+  return x;
 }
 
 void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {

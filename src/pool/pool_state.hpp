@@ -16,6 +16,7 @@
 //               guarded by `lock` (a spin lock: O(1) under it, never held across a call
 //               out). `has_items` is a hint read without the lock so an empty pool's
 //               get does not take it (relaxed both ways: a stale "empty" costs one make()).
+//               `dying`: victims of the last trim, destroyed one by one by the trim task.
 // Invariants: every cached object is in exactly one place (one shard slot, or one
 // batch slot); batch nodes in `full`/`victim` hold 1..kBatch objects, in `empty` and a
 // shard's `spare` none.
@@ -75,6 +76,15 @@ struct alignas(64) PoolState {
   // go straight to the depot without asking the runtime again. Relaxed: a stale value
   // only sends one call through install(), which reads the setting itself.
   std::atomic<std::uint64_t> global_run{0};
+  // Victims a trim is destroying, one object at a time taken under the depot lock (so
+  // ~PoolCore can take the rest, and an abandoned trim task strands none of them).
+  Batch* dying = nullptr;
+  // Trims that may still touch this state: incremented under the registry lock (so not
+  // after ~PoolCore unregistered it), decremented (release) when done; ~PoolCore waits
+  // (acquire) for 0. trim_run: the run of the last trim task (0: a thread outside any
+  // task), so ~PoolCore does not wait for a task abandoned when its run ended.
+  std::atomic<int> trimmers{0};
+  std::atomic<std::uint64_t> trim_run{0};
 };
 
 }  // namespace corun::detail

@@ -3,8 +3,9 @@
 //
 // Every CORUN_POOL_TRIM_MS a timer task (after_func, re-armed by itself while the run
 // lasts; armed by the first pool use of the run) does, for every pool:
-//   1. the previous victims are destroyed (in that task, outside every lock: a
-//      destructor may do what a task does), the depot becomes the victims;
+//   1. the previous victims are destroyed (in that task, outside every lock, one object
+//      at a time taken from the pool: a destructor may do what a task does, even park,
+//      and a ~Pool meanwhile takes and frees the rest), the depot becomes the victims;
 //   2. sched::request_safepoint: every P moves its caches (private slot + array) to the
 //      victims — its own P at once, idle Ps by this task, running Ps at their next
 //      schedule (sched/safepoint.cpp).
@@ -115,24 +116,34 @@ void pool_trimmer_ensure(sched::Runtime* rt) noexcept {
 void pool_trim_now() {
   g_trims.fetch_add(1, std::memory_order_relaxed);
   g_trim_at_ns.store(now_ns(), std::memory_order_relaxed);
-  std::vector<std::pair<PoolCore::Destroy, std::vector<void*>>> garbage;
+  sched::M* m = sched::current_m();
+  std::uint64_t run = (m && m->curg) ? m->rt->run_id : 0;
+  std::vector<PoolState*> dying;
   std::vector<Batch*> nodes;
   {
     std::lock_guard<std::mutex> g(g_registry_mu);
-    for (PoolState* st = g_head; st; st = st->reg.next) {
-      std::vector<void*> objs;
-      pool_rotate_depot(st, objs, nodes);
-      if (!objs.empty()) garbage.emplace_back(st->destroy, std::move(objs));
-    }
-  }
-  std::size_t freed = 0;
-  for (auto& [destroy, objs] : garbage) {
-    freed += objs.size();
-    for (void* o : objs) destroy(o);
+    for (PoolState* st = g_head; st; st = st->reg.next)
+      if (pool_rotate_depot(st, nodes)) {
+        st->trim_run.store(run, std::memory_order_relaxed);
+        st->trimmers.fetch_add(1, std::memory_order_relaxed);  // under the registry lock
+        dying.push_back(st);
+      }
   }
   for (Batch* b : nodes) delete b;
+  // Destructors run here, in this task (they may park), one object at a time taken from
+  // the pool, so a ~Pool meanwhile (or after this task is abandoned at run end) finds
+  // and frees the rest.
+  std::size_t freed = 0;
+  for (PoolState* st : dying) {
+    PoolCore::Destroy destroy = st->destroy;
+    while (void* x = pool_take_dying(st)) {
+      destroy(x);
+      freed++;
+    }
+    st->trimmers.fetch_sub(1, std::memory_order_release);  // st may be freed after this
+  }
   CORUN_PROBE2(pool_trim, freed, nodes.size());
-  sched::M* m = sched::current_m();
+  m = sched::current_m();  // destructors may have parked: we may be on another M now
   if (m && m->p && m->curg) sched::request_safepoint(m->rt);
 }
 

@@ -20,9 +20,12 @@ void pool_unregister(PoolState* st) noexcept;
 void pool_trimmer_ensure(sched::Runtime* rt) noexcept;
 
 // pool.cpp, for the trimmer. Under no lock (each takes st's depot lock).
-// Destroys nothing itself: the previous victims' objects go to `garbage`, unneeded nodes
-// to `nodes`, for the caller to free outside every lock; the depot becomes the victims.
-void pool_rotate_depot(PoolState* st, std::vector<void*>& garbage, std::vector<Batch*>& nodes);
+// The previous victims go to st->dying (destroyed by the caller through
+// pool_take_dying), the depot becomes the victims; spare nodes beyond a few go to
+// `nodes` for the caller to free. True if anything is dying.
+bool pool_rotate_depot(PoolState* st, std::vector<Batch*>& nodes);
+// One object of st->dying, now the caller's to destroy; nullptr when none is left.
+void* pool_take_dying(PoolState* st) noexcept;
 // Moves P p's cache of st to the victims (to the depot when to_victims is false). Only at
 // a safe point of p (sched/safepoint.cpp).
 void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept;
