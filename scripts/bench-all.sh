@@ -5,8 +5,10 @@
 # Sections: scheduler and channels under runnext backoff usleep:100 vs the default (Go CL
 # 20835's tables), memory per parked task, request/response latency under each backoff
 # mode, timers and contexts under CORUN_TIMERS=global vs per-p (Go CL 34784's table, the
-# seed's deltas beside ours), timer lateness under each timer slack, then corun vs Go
-# (runtime, time and context package benchmarks, and scripts/gobench's twins).
+# seed's deltas beside ours), timer lateness under each timer slack, the pool under
+# CORUN_POOL=global vs sharded (Go CL 46010043's table, the seed's deltas beside ours) with
+# its per-P scaling and the malloc floor, then corun vs Go (runtime, time, context, sync
+# Pool and fmt Sprintf benchmarks, and scripts/gobench's twins).
 #
 # Usage: scripts/bench-all.sh BUILD_DIR
 #   env: COUNT=5 CPUS=1,2 BENCHTIME=300ms (Go's -benchtime for the ramped benchmarks),
@@ -15,11 +17,18 @@
 #        TIMER_COUNT=5 TIMER_BENCHTIME=100ms (the time/context suite: an op is 1000 timer
 #        operations, ~0.1-5 ms, and every run first arms 1<<15 timers per P),
 #        TIMER_GO_COUNT=3 (their comparison with Go's time and context packages),
-#        LATENESS_COUNT=3 LATENESS_BENCHTIME=100ms (TimerLateness, per slack setting)
+#        LATENESS_COUNT=3 LATENESS_BENCHTIME=100ms (TimerLateness, per slack setting),
+#        POOL_COUNT=$COUNT POOL_BENCHTIME=100ms POOL_CPUS=1,2,8,16 (the pool A/B,
+#        CORUN_POOL=global vs sharded, and its per-P scaling; 8 and 16 Ps oversubscribe a
+#        small machine on purpose; the malloc floor runs beside it at -cpu $CPUS),
+#        POOL_GO_COUNT=3 (pool and Sprintf vs Go), EXPENSIVE_BENCHTIME=1s (PoolExpensiveNew:
+#        its first op makes 100 objects per P at 1 ms each, so a shorter goal stops at N=1)
 # Results go to BUILD_DIR/bench/. The machine is shared and noisy: the tables give
 # medians of COUNT runs and Mann-Whitney p-values; read ratios, not absolute times.
 # Time: ~15-20 min on a 2-core machine with COUNT=5 (Go's runtime tests compile once, ~1 min);
-# the timer sections take ~6 min of it (A/B ~1.7, lateness ~0.9, vs Go ~3.4).
+# the timer sections take ~6 min of it (A/B ~1.7, lateness ~0.9, vs Go ~3.4); the pool
+# sections ~2.5 min (A/B at 1,2,8,16 Ps with the malloc floor ~1.8, vs Go ~0.7 once Go's
+# sync and fmt tests are compiled).
 set -euo pipefail
 b=${1:-build}
 bench="$b/corun-bench"
@@ -46,6 +55,16 @@ LATENESS_BENCHTIME=${LATENESS_BENCHTIME:-100ms}
 time_go='AfterFunc|After|Stop|SimultaneousAfterFunc|StartStop|Reset|Sleep|Ticker|TickerReset|TickerResetNaive'
 ctx_go='CommonParentCancel|WithTimeout|CancelTree|CheckCanceled|ContextCancelDone'
 timers="^($time_go|WithTimeout/concurrency=[0-9]+)\$"
+# The pool suite (perf/bench_pool.cpp): Go CL 46010043's table is Pool, PoolOverflow and
+# the Sprintf family (the rows named as Go's use a pooled buffer; <name>/fresh formats into
+# a fresh std::string and does not touch a Pool, so it runs once, beside the malloc floor).
+POOL_COUNT=${POOL_COUNT:-$COUNT}
+POOL_BENCHTIME=${POOL_BENCHTIME:-100ms}
+POOL_CPUS=${POOL_CPUS:-1,2,8,16}
+POOL_GO_COUNT=${POOL_GO_COUNT:-3}
+EXPENSIVE_BENCHTIME=${EXPENSIVE_BENCHTIME:-1s}
+sprintf_names='Sprintf(Empty|String|Int|IntInt|PrefixedInt|Float|ManyArgs)'
+pool_ab="^(Pool|PoolOverflow|PoolStarvation|$sprintf_names)\$"
 
 # medians_table LABEL,LABEL,... UNIT,UNIT,... FILE...: per unit (in that order) and
 # benchmark, the median of each file's samples in a column per label ("-" where a file
@@ -242,6 +261,131 @@ echo "== timer lateness (ns past the deadline; 100 tasks; busy = every P spinnin
 echo "   medians of $LATENESS_COUNT by timer slack; spin20us = slack 1us + CORUN_TIMER_SPIN_NS=20000"
 medians_table "$lateness_labels" p50-ns,p99-ns,max-ns,cpu% "${lateness_files[@]}"
 
+# The pool: one lock-protected list (CORUN_POOL=global, Go's Pool before CL 46010043,
+# the seed's "old") vs per-P caches with a batch depot (sharded, the default), alternating
+# per count, at POOL_CPUS (8 and 16 Ps on a 2-core machine are oversubscribed: Ps share
+# CPUs and a lock holder can be preempted, which is where the global list collapses).
+# The seed ran -cpu 1,4,8,16,32 (Pool only 1,4,16,32; PoolOverflow 1,4,8,16): a row whose
+# P the seed lacks gets the seed's delta at the next larger P, labelled so.
+# The floor (what a pool must beat) runs in the same loop, so that the machine's load
+# drifts alike on both: MallocFree = new+delete of the pool's Item (8 bytes),
+# MallocFree/memory_buffer = of the Sprintf buffer; the release build's malloc is jemalloc
+# (its per-thread cache), so these are jemalloc's fast path. Sprintf*/fresh: fmt::format
+# into a fresh std::string (fmt's stack buffer; short results stay in the string's SSO).
+pool_floor="^(MallocFree(/memory_buffer)?|$sprintf_names/fresh)\$"
+: > "$out/pool-old.txt"
+: > "$out/pool-new.txt"
+: > "$out/pool-floor.txt"
+for ((i = 1; i <= POOL_COUNT; i++)); do
+  CORUN_POOL=global "$bench" -bench "$pool_ab" -cpu "$POOL_CPUS" -benchtime "$POOL_BENCHTIME" \
+    >> "$out/pool-old.txt"
+  CORUN_POOL=sharded "$bench" -bench "$pool_ab" -cpu "$POOL_CPUS" -benchtime "$POOL_BENCHTIME" \
+    >> "$out/pool-new.txt"
+  "$bench" -bench "$pool_floor" -cpu "$CPUS" -benchtime "$POOL_BENCHTIME" >> "$out/pool-floor.txt"
+done
+echo
+echo "== pool: CORUN_POOL=global (Go before CL 46010043) vs sharded (corun), -cpu $POOL_CPUS, n=$POOL_COUNT"
+echo "   (last column: the seed's delta, Go CL 46010043, for the same name and P; Sprintf*"
+echo "   rows format with {fmt} into a pooled fmt::memory_buffer; allocs/op: Items allocated"
+echo "   because a get found nothing)"
+python3 scripts/benchcmp --labels global,sharded "$out/pool-old.txt" "$out/pool-new.txt" |
+  python3 -c '
+import re, sys
+# Go CL 46010043 (old time/op -> new time/op): "name P:delta ...". The seed spells
+# PoolOverflow "PoolOverlflow"; its ManyArgs is our SprintfManyArgs.
+seed = """Pool 1:-55.65 4:-98.53 16:-99.60 32:-99.58
+PoolOverflow 1:-30.32 4:-77.64 8:-75.73 16:-66.93
+SprintfEmpty 1:-25.68 2:-91.13 4:-95.25 8:-97.77 16:-98.87 32:-99.04
+SprintfString 1:-11.58 2:-74.91 4:-88.05 8:-94.48 16:-95.96 32:-96.28
+SprintfInt 1:-11.74 2:-69.20 4:-91.63 8:-95.43 16:-97.46 32:-97.70
+SprintfIntInt 1:-9.32 2:-56.46 4:-82.87 8:-94.90 16:-97.00 32:-97.17
+SprintfPrefixedInt 1:-12.94 2:-31.43 4:-83.36 8:-91.23 16:-93.49 32:-93.83
+SprintfFloat 1:-4.78 2:-31.19 4:-78.12 8:-93.13 16:-96.24 32:-96.62
+SprintfManyArgs 1:-2.55 2:-19.57 4:-59.72 8:-82.14 16:-90.76 32:-92.03"""
+deltas = {}
+for line in seed.splitlines():
+    name, *d = line.split()
+    deltas[name] = {int(p): v + "%" for p, v in (x.split(":") for x in d)}
+first_table = True
+for line in sys.stdin:
+    line = line.rstrip("\n")
+    if not line:
+        first_table = False
+    f = line.split()
+    m = re.match(r"^(.*?)(?:-(\d+))?$", f[0]) if f else None
+    if first_table and m and m.group(1) in deltas:
+        procs = int(m.group(2) or 1)
+        d = deltas[m.group(1)]
+        if procs in d:
+            line += "  seed: " + d[procs]
+        elif any(p > procs for p in d):
+            p = min(p for p in d if p > procs)
+            line += "  seed at %dP: %s" % (p, d[p])
+    print(line)
+'
+
+# Per-P scaling, from the A/B's files: ns/op is wall time per op over all Ps (Go's
+# RunParallel), so perfect scaling halves it from 1 to 2 Ps and stays flat beyond the cores.
+echo
+echo "== pool scaling: ns/op by P (medians of $POOL_COUNT from the A/B; $(nproc) CPUs, more Ps are oversubscribed)"
+python3 - "$POOL_CPUS" "$out/pool-old.txt" "$out/pool-new.txt" <<'PY'
+import re, statistics, sys
+cpus = [int(c) for c in sys.argv[1].split(",")]
+line_re = re.compile(r"^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+(\S+) ns/op")
+rows = [["name", "mode"] + ["P=%d" % p for p in cpus] + ["P=%d/P=1" % cpus[-1]]]
+for name in ("Pool", "PoolOverflow", "SprintfInt"):
+    for mode, path in (("global", sys.argv[2]), ("sharded", sys.argv[3])):
+        d = {}
+        for line in open(path):
+            m = line_re.match(line)
+            if m and m.group(1) == name:
+                d.setdefault(int(m.group(2) or 1), []).append(float(m.group(3)))
+        med = {p: statistics.median(v) for p, v in d.items()}
+        ratio = "%.2fx" % (med[cpus[-1]] / med[cpus[0]]) if cpus[0] in med and cpus[-1] in med else "-"
+        rows.append([name, mode] + ["%.4g" % med[p] if p in med else "-" for p in cpus] + [ratio])
+w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+for r in rows:
+    print("  ".join([r[0].ljust(w[0]), r[1].ljust(w[1])] + [c.rjust(w[i]) for i, c in enumerate(r) if i > 1]))
+PY
+
+echo
+echo "== pool vs the malloc floor (ns/op, -cpu $CPUS, medians of $POOL_COUNT run beside the A/B above; jemalloc's"
+echo "   malloc; /fresh = fmt::format into a new std::string, no pool)"
+python3 - "$out/pool-old.txt" "$out/pool-new.txt" "$out/pool-floor.txt" <<'PY'
+import re, statistics, sys
+line_re = re.compile(r"^Benchmark(\S+?)(-\d+)?\s+\d+\s+(\S+) ns/op")
+def read(path):
+    d = {}
+    for line in open(path):
+        m = line_re.match(line)
+        if m:
+            d.setdefault((m.group(1), m.group(2) or ""), []).append(float(m.group(3)))
+    return {k: statistics.median(v) for k, v in d.items()}
+old, new, floor = (read(p) for p in sys.argv[1:4])
+procs = sorted({p for (_, p) in floor}, key=lambda p: int(p[1:] or 1))  # the floor's -cpu
+def f(d, k):
+    return "%.4g" % d[k] if k in d else "-"
+def ratio(a, b):
+    return "%.2fx" % (a / b) if a is not None and b else "-"
+rows = [["op", "floor", "floor ns/op", "sharded", "global", "sharded/floor"]]
+for p in procs:
+    k = ("Pool", p)
+    rows.append(["Pool" + p + " (put+get)", "MallocFree" + p, f(floor, ("MallocFree", p)),
+                 f(new, k), f(old, k), ratio(new.get(k), floor.get(("MallocFree", p)))])
+for name in ("SprintfEmpty", "SprintfString", "SprintfInt", "SprintfIntInt",
+             "SprintfPrefixedInt", "SprintfFloat", "SprintfManyArgs"):
+    for p in procs:
+        k, fk = (name, p), (name + "/fresh", p)
+        rows.append([name + p, name + "/fresh" + p, f(floor, fk), f(new, k), f(old, k),
+                     ratio(new.get(k), floor.get(fk))])
+for p in procs:
+    k = ("MallocFree/memory_buffer", p)
+    rows.append(["(new+delete of the buffer)", "MallocFree/memory_buffer" + p, f(floor, k), "-", "-", "-"])
+w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+for r in rows:
+    print("  ".join([r[0].ljust(w[0]), r[1].ljust(w[1])] + [c.rjust(w[i]) for i, c in enumerate(r) if i > 1]))
+PY
+
 if command -v go >/dev/null 2>&1; then
   echo
   echo "== corun vs Go $(go env GOVERSION) on this machine (medians of $COUNT; corun/go < 1 means corun is faster)"
@@ -276,6 +420,24 @@ if command -v go >/dev/null 2>&1; then
   echo "== timer lateness: corun (default slack 1 us) vs the Go twin in scripts/gobench/time_test.go"
   scripts/go-compare -o "$out" -count "$LATENESS_COUNT" -cpu "$CPUS" -benchtime "$LATENESS_BENCHTIME" \
     '^BenchmarkTimerLateness$' ./scripts/gobench --ours '^TimerLateness/(Sleep|Sleep1|AfterFunc)='
+  echo
+  echo "== pool: corun vs Go's sync package (pool_test.go; Go's PoolSTW, a GC pause, has no"
+  echo "   counterpart). Go puts an int, corun an 8-byte Item; allocs/op: corun only"
+  scripts/go-compare -o "$out" -count "$POOL_GO_COUNT" -cpu "$CPUS" -benchtime "$POOL_BENCHTIME" \
+    '^BenchmarkPool(Overflow|Starvation)?$' sync --ours '^Pool(Overflow|Starvation)?$'
+  echo
+  echo "== PoolExpensiveNew: corun (a trim per 8 MiB of work, as often as Go's GC runs here)"
+  echo "   vs Go; New/op = factory calls per op (Go also reports GCs/op, corun trims/op)"
+  scripts/go-compare -o "$out" -count 1 -cpu "$CPUS" -benchtime "$EXPENSIVE_BENCHTIME" \
+    '^BenchmarkPoolExpensiveNew$' sync --ours '^PoolExpensiveNew(/trim=8MiB)?$' \
+    --map PoolExpensiveNew=PoolExpensiveNew/trim=8MiB
+  echo
+  echo "== Sprintf: corun ({fmt} into a pooled fmt::memory_buffer, consumed in place) vs Go's"
+  echo "   fmt (Sprintf also copies the result into a new string; ManyArgs = Fprintf to a reused"
+  echo "   bytes.Buffer, as corun's SprintfManyArgs)"
+  scripts/go-compare -o "$out" -count "$POOL_GO_COUNT" -cpu "$CPUS" -benchtime "$POOL_BENCHTIME" \
+    '^Benchmark(Sprintf(Empty|String|Int|IntInt|PrefixedInt|Float)|ManyArgs)$' fmt \
+    --ours "^$sprintf_names\$" --map ManyArgs=SprintfManyArgs
 else
   echo
   echo "(Go not installed: apt-get install golang-go, then make bench prints corun vs Go too)"
