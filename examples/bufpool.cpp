@@ -27,7 +27,7 @@ int main() {
       corun::go([&, t] {
         for (int i = 0; i < kRecords; i++) {
           std::unique_ptr<std::string> b = buffers.get();  // cached, or made
-          b->clear();                                       // keeps its capacity
+          b->clear();                                      // keeps its capacity
           *b += "task ";
           *b += std::to_string(t);
           *b += " record ";
