@@ -3,14 +3,16 @@
 //
 // Fast path (a task on a P, shard present): the P's id and run id from TLS
 // (sched::tls_proc), the table (acquire load: a plain mov on x86), a run-id compare, the
-// shard, then the private slot or the local array — plain loads and stores, no atomic RMW, no lock.
-// It is safe without them because a task never parks inside get/put (it stays on its P) and every
-// other party touching the shard does it at a safe point of that P (pool_state.hpp). Slow paths,
-// each O(1) under the depot lock:
-//   put, array full: the oldest kBatch objects move to the depot as one batch node (the
-//     shard's spare node: no allocation in steady state), a spare is taken back;
-//   get, array empty: one batch from the depot (else from the victims) refills the
-//     array; its node becomes the shard's spare;
+// shard, then the private slot or the local array — plain loads and stores, no atomic
+// RMW, no lock. It is safe without them because a task never parks inside get/put (it
+// stays on its P) and every other party touching the shard does it at a safe point of
+// that P (pool_state.hpp).
+// Slow paths, each O(1):
+//   put, array full: the oldest kBatch objects move into a batch node (one of the shard's
+//     spare nodes: no allocation in steady state), which goes on the shard's own stack of
+//     full batches (no lock) or, when that holds kLocalBatches, to the depot (its lock);
+//   get, array empty: a batch from the shard's own stack (no lock), else from the depot,
+//     else from the victims (its lock), refills the array; its node becomes a spare;
 //   no table for this run, or no shard for this P yet: install them (table sized for the
 //     run's P count; shard on the P's NUMA node, os::node_alloc), move what a previous
 //     run's shards held into the depot, and make sure the run's trim timer is armed.
@@ -126,67 +128,80 @@ __attribute__((noinline)) void* depot_get(PoolState* st) noexcept {
   return x;
 }
 
-// Array full: its oldest kBatch objects go to the depot as one batch, then x goes in.
+void count_shard_nodes(PoolState* st, int delta) noexcept {
+  // relaxed: a statistic for pool_footprint (pool_state.hpp)
+  st->shard_nodes.fetch_add(static_cast<std::uint32_t>(delta), std::memory_order_relaxed);
+}
+
+// Hands the depot a node the shard no longer needs (more spares than it can use).
+void give_spare(PoolState* st, Shard* s) noexcept {
+  Batch* b = pop(s->spare);
+  s->nspare--;
+  count_shard_nodes(st, -1);
+  DepotGuard g(st);
+  push(st->empty, b);
+  st->nodes++;
+}
+
+// Array full: its oldest kBatch objects go into a batch (on this P's stack, or to the
+// depot when the stack is full), then x goes in.
 __attribute__((noinline)) void spill(PoolState* st, Shard* s, void* x) noexcept {
-  Batch* b = s->spare;
-  s->spare = nullptr;
-  if (!b) {
+  Batch* b = pop(s->spare);
+  if (b) {
+    s->nspare--;
+  } else {
     {
       DepotGuard g(st);
-      if ((b = pop(st->empty))) {
-        st->nodes--;
-        st->shard_nodes++;
-      }
+      if ((b = pop(st->empty))) st->nodes--;
     }
-    if (!b) {
-      if (!(b = new (std::nothrow) Batch())) return st->destroy(x);  // as depot_put
-      DepotGuard g(st);
-      st->shard_nodes++;
-    }
+    if (!b && !(b = new (std::nothrow) Batch())) return st->destroy(x);  // as depot_put
+    count_shard_nodes(st, 1);
   }
   b->n = kBatch;
   std::memcpy(b->items, s->local, sizeof(void*) * kBatch);
   std::memmove(s->local, s->local + kBatch, sizeof(void*) * (kLocalCap - kBatch));
   s->n = kLocalCap - kBatch;
   s->local[s->n++] = x;
+  if (s->nfull < kLocalBatches) {
+    push(s->full, b);
+    s->nfull++;
+    return;
+  }
+  count_shard_nodes(st, -1);
   {
     DepotGuard g(st);
     push(st->full, b);
-    st->shard_nodes--;
     st->nodes++;
-    if ((s->spare = pop(st->empty))) {
-      st->nodes--;
-      st->shard_nodes++;
-    }
     refresh_hint(st);
   }
   CORUN_PROBE2(pool_spill, st, kBatch);
 }
 
-// Array empty: one batch from the depot, else the victims, refills it.
+// Array empty: a batch from this P's stack, else the depot, else the victims, refills it.
 __attribute__((noinline)) void* refill(PoolState* st, Shard* s) noexcept {
-  if (!st->has_items.load(std::memory_order_relaxed)) return nullptr;
-  Batch* b = nullptr;
-  {
-    DepotGuard g(st);
-    b = pop(st->full);
-    if (!b) b = pop(st->victim);
-    if (!b) return nullptr;
-    if (s->spare) {
-      push(st->empty, s->spare);  // one node each way: the counts stay
-    } else {
+  Batch* b = pop(s->full);
+  if (b) {
+    s->nfull--;
+  } else {
+    if (!st->has_items.load(std::memory_order_relaxed)) return nullptr;
+    {
+      DepotGuard g(st);
+      b = pop(st->full);
+      if (!b) b = pop(st->victim);
+      if (!b) return nullptr;
       st->nodes--;
-      st->shard_nodes++;
+      refresh_hint(st);
     }
-    refresh_hint(st);
+    count_shard_nodes(st, 1);
+    CORUN_PROBE2(pool_refill, st, b->n);
   }
   std::uint32_t n = b->n;
   std::memcpy(s->local, b->items, sizeof(void*) * (n - 1));
   s->n = n - 1;
   void* x = b->items[n - 1];
   b->n = 0;
-  s->spare = b;
-  CORUN_PROBE2(pool_refill, st, n);
+  push(s->spare, b);
+  if (++s->nspare > kLocalBatches + 1) give_spare(st, s);
   return x;
 }
 
@@ -199,11 +214,12 @@ void retire_shards(PoolState* st, ShardTable* t) noexcept {
     if (!s) continue;
     if (s->priv) depot_put(st, s->priv);
     for (std::uint32_t k = 0; k < s->n; k++) depot_put(st, s->local[k]);
-    if (s->spare) {
+    count_shard_nodes(st, -(s->nfull + s->nspare));
+    {
       DepotGuard g(st);
-      push(st->empty, s->spare);
-      st->shard_nodes--;
-      st->nodes++;
+      for (Batch* b; (b = pop(s->full)); st->nodes++) push(st->full, b);
+      for (Batch* b; (b = pop(s->spare)); st->nodes++) push(st->empty, b);
+      refresh_hint(st);
     }
     s->~Shard();
     os::node_free(s, sizeof(Shard));
@@ -315,7 +331,11 @@ PoolCore::~PoolCore() {
       if (!s) continue;
       if (s->priv) objs.push_back(s->priv);
       for (std::uint32_t k = 0; k < s->n; k++) objs.push_back(s->local[k]);
-      delete s->spare;
+      for (Batch** list : {&s->full, &s->spare})
+        while (Batch* b = pop(*list)) {
+          for (std::uint32_t k = 0; k < b->n; k++) objs.push_back(b->items[k]);
+          delete b;
+        }
       s->~Shard();
       os::node_free(s, sizeof(Shard));
     }
@@ -411,11 +431,19 @@ bool pool_rotate_depot(PoolState* st, std::vector<Batch*>& nodes) {
 }
 
 void* pool_take_dying(PoolState* st) noexcept {
-  DepotGuard g(st);
-  Batch* b = st->dying;
-  if (!b) return nullptr;
-  void* x = b->items[--b->n];
-  if (b->n == 0) push(st->empty, pop(st->dying));
+  Batch* done = nullptr;
+  void* x = nullptr;
+  {
+    DepotGuard g(st);
+    Batch* b = st->dying;
+    if (!b) return nullptr;
+    x = b->items[--b->n];
+    if (b->n == 0) {
+      done = pop(st->dying);  // a node of a trimmed generation: freed, not kept
+      st->nodes--;
+    }
+  }
+  delete done;
   return x;
 }
 
@@ -423,56 +451,57 @@ void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {
   ShardTable* t = PoolAccess::table(*st->core);
   if (!t || t->run_id != p->run_id || static_cast<std::uint32_t>(p->id) >= t->n) return;
   Shard* s = t->shards[p->id];
-  if (!s || (!s->priv && s->n == 0)) return;
+  if (!s) return;
+  // The private slot and the array go into nodes like the P's own full batches: spares
+  // first, then the depot's, then new ones (outside the lock).
   void* items[kLocalCap + 1];
   std::uint32_t n = 0;
   if (s->priv) items[n++] = s->priv;
   for (std::uint32_t k = 0; k < s->n; k++) items[n++] = s->local[k];
   s->priv = nullptr;
   s->n = 0;
-  // Nodes: the shard's spare, then the depot's spares, then new ones (outside the lock).
-  std::uint32_t need = (n + kBatch - 1) / kBatch, have = 0;
-  Batch* nodes = nullptr;
-  if (s->spare) {  // already counted in shard_nodes
-    push(nodes, s->spare);
-    s->spare = nullptr;
-    have++;
-  }
-  {
-    DepotGuard g(st);
-    for (; have < need && st->empty; have++) {
-      push(nodes, pop(st->empty));
-      st->nodes--;
-      st->shard_nodes++;
+  std::uint32_t need = (n + kBatch - 1) / kBatch;
+  while (need > s->nspare) {
+    Batch* b = nullptr;
+    {
+      DepotGuard g(st);
+      if ((b = pop(st->empty))) st->nodes--;
     }
+    if (!b && !(b = new (std::nothrow) Batch())) break;  // out of memory: see below
+    count_shard_nodes(st, 1);
+    push(s->spare, b);
+    s->nspare++;
   }
-  std::uint32_t fresh = 0;
-  for (; have < need; have++, fresh++) {
-    Batch* b = new (std::nothrow) Batch();
-    if (!b) break;  // out of memory: what does not fit stays in the shard (below)
-    push(nodes, b);
-  }
-  DepotGuard g(st);
-  st->shard_nodes += fresh;
   std::uint32_t i = 0;
-  while (Batch* b = pop(nodes)) {
+  while (i < n && s->spare) {
+    Batch* b = pop(s->spare);
+    s->nspare--;
     b->n = 0;
     while (i < n && b->n < kBatch) b->items[b->n++] = items[i++];
-    st->shard_nodes--;
-    st->nodes++;
-    push(b->n ? (to_victims ? st->victim : st->full) : st->empty, b);
+    push(s->full, b);
+    s->nfull++;
   }
-  refresh_hint(st);
   // Out of memory: what found no node stays cached here (n <= 1 + kLocalCap fits).
   if (i < n) s->priv = items[i++];
   for (; i < n; i++) s->local[s->n++] = items[i];
+  // Every full batch of the P to the victims (or the depot); one spare stays.
+  std::uint32_t moved = 0;
+  {
+    DepotGuard g(st);
+    for (Batch* b; (b = pop(s->full)); moved++) push(to_victims ? st->victim : st->full, b);
+    s->nfull = 0;
+    for (; s->nspare > 1; s->nspare--, moved++) push(st->empty, pop(s->spare));
+    st->nodes += moved;
+    refresh_hint(st);
+  }
+  count_shard_nodes(st, -static_cast<int>(moved));
 }
 
 std::size_t pool_footprint(const PoolCore& c) noexcept {
   PoolState* st = PoolAccess::state(c);
   std::size_t bytes = sizeof(PoolState);
   DepotGuard g(st);
-  bytes += std::size_t{st->nodes + st->shard_nodes} * sizeof(Batch);
+  bytes += std::size_t{st->nodes + st->shard_nodes.load(std::memory_order_relaxed)} * sizeof(Batch);
   if (ShardTable* t = PoolAccess::table(c)) {
     bytes += table_bytes(t);
     for (std::uint32_t i = 0; i < t->n; i++)
@@ -487,7 +516,10 @@ std::size_t pool_cached(const PoolCore& c) noexcept {
   std::size_t n = 0;
   if (ShardTable* t = PoolAccess::table(c))
     for (std::uint32_t i = 0; i < t->n; i++)
-      if (Shard* s = t->shards[i]) n += (s->priv ? 1 : 0) + s->n;
+      if (Shard* s = t->shards[i]) {
+        n += (s->priv ? 1 : 0) + s->n;
+        for (Batch* b = s->full; b; b = b->next) n += b->n;
+      }
   DepotGuard g(st);
   for (Batch* list : {st->full, st->victim})
     for (Batch* b = list; b; b = b->next) n += b->n;

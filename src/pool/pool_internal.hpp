@@ -9,10 +9,13 @@
 
 namespace corun::detail {
 
-// Per-P cache: a private slot plus kLocalCap slots; a full array sends kBatch (half) to
-// the depot as one batch, an empty one takes one batch back.
+// Per-P cache: a private slot plus kLocalCap slots; a full array moves kBatch (half) into
+// a batch node, which stays on the P's own stack of up to kLocalBatches full nodes (no
+// lock) or, when that is full, goes to the depot; an empty array takes a batch back from
+// the P's stack first, then the depot.
 inline constexpr std::uint32_t kLocalCap = 28;
 inline constexpr std::uint32_t kBatch = kLocalCap / 2;
+inline constexpr std::uint32_t kLocalBatches = 4;
 
 // One trim, as the CORUN_POOL_TRIM_MS timer does it, for every pool: destroys the
 // previous victims, moves each depot to its victims, then has every P move its cache to

@@ -660,7 +660,10 @@ TEST_SUITE("pool") {
     t::run([] { basic_properties(true); });
   }
 
-  TEST_CASE("one P: the cache holds kLocalCap + 1; one more put moves kBatch to the depot") {
+  TEST_CASE(
+      "one P: the cache holds kLocalCap + 1 + kLocalBatches * kBatch; one more put moves "
+      "kBatch to the depot") {
+    constexpr std::uint32_t kHeld = d::kLocalCap + 1 + d::kLocalBatches * d::kBatch;
     Counters c;
     {
       ObjPool pool;
@@ -678,17 +681,17 @@ TEST_SUITE("pool") {
               return n;
             };
             std::vector<std::unique_ptr<Obj>> v;
-            for (std::uint32_t i = 0; i < d::kLocalCap + 1; i++)
-              v.push_back(std::make_unique<Obj>(&c));
+            for (std::uint32_t i = 0; i < kHeld; i++) v.push_back(std::make_unique<Obj>(&c));
             for (auto& o : v) pool.put(std::move(o));
-            CHECK(drain_off_p() == 0);  // private slot + full array: nothing in the depot
+            // Private slot + full array + the P's own full batches: nothing in the depot.
+            CHECK(drain_off_p() == 0);
             // The drain put nothing back, so the cache is still full: one more put spills.
             pool.put(std::make_unique<Obj>(&c));
             CHECK(drain_off_p() == d::kBatch);
           },
           1);
     }
-    CHECK(c.created.load() == static_cast<long>(d::kLocalCap) + 2);
+    CHECK(c.created.load() == static_cast<long>(kHeld) + 1);
     CHECK(c.created.load() == c.destroyed.load());
   }
 
@@ -923,8 +926,10 @@ TEST_SUITE("pool") {
         std::string on;
         for (std::size_t p = 0; p < P; p++) on += std::to_string(seen[p].load()) + " ";
         // State, shard table (8 B/P), a 256-byte shard per P, batch nodes (128 B each,
-        // at most one per kBatch cached objects plus a few partial ones per P).
-        const std::size_t bound = 512 + 8 * P + 256 * P + 128 * (cached / d::kBatch + 2 * P + 4);
+        // at most one per kBatch cached objects plus a few partial ones and up to
+        // kLocalBatches + 1 spares per P).
+        const std::size_t bound =
+            512 + 8 * P + 256 * P + 128 * (cached / d::kBatch + (d::kLocalBatches + 3) * P + 4);
         MESSAGE("footprint at ", P, " Ps: fresh ", fresh, " B; after ", 4 * P, " tasks x ", ops,
                 " ops (per-P op counts ", on, "), ", cached, " objects cached: ", used,
                 " B (bound ", bound, ")");
