@@ -13,7 +13,9 @@
 // owner idles it": the requester stores the flag before it takes Runtime::lock to look
 // at the status; the owner loads the flag under that lock right before pidleput and runs
 // the hook itself if it is set. Whichever takes the lock second sees the other's step.
-// The flag is taken with an exchange, so each request runs the hook at most once per P.
+// The flag is taken with a CAS (asked -> running), so each request runs the hook at most
+// once per P, and cleared only after the hook returned, so a requester that waits for
+// "no P pending" (the pool's tests, a second trim) sees every P's hook done.
 // Rejected: a lock per shard (an atomic RMW on every get and put: ~2x the fast path);
 // membarrier-based asymmetric fences (a kernel feature test and ~µs IPIs to all CPUs
 // per trim, for no gain over waiting for the next schedule); stopping the world.
@@ -33,18 +35,25 @@ void register_safepoint_hook(SafepointFn fn) noexcept {
 }
 
 void run_safepoint_slow(P* p) noexcept {
-  // acq_rel: the hook's view of p's state follows the request (acquire) and stays
-  // ordered before a later request's (release), whoever runs it.
-  if (p->safepoint.exchange(false, std::memory_order_acq_rel) && g_hook) g_hook(p);
+  // acq_rel: the hook runs after the request (acquire) and at most once per request.
+  std::uint8_t asked = kSafepointAsked;
+  if (!p->safepoint.compare_exchange_strong(asked, kSafepointRunning, std::memory_order_acq_rel))
+    return;
+  if (g_hook) g_hook(p);
+  // release: safepoint_pending's acquire load of "none" sees the hook's work. Fails only
+  // if a new request came meanwhile: it stays asked, and runs again.
+  std::uint8_t running = kSafepointRunning;
+  p->safepoint.compare_exchange_strong(running, kSafepointNone, std::memory_order_release,
+                                       std::memory_order_relaxed);
 }
 
 void request_safepoint(Runtime* rt) noexcept {
   if (!g_hook || !rt) return;
-  for (P* p : rt->ps) p->safepoint.store(true, std::memory_order_release);
+  for (P* p : rt->ps) p->safepoint.store(kSafepointAsked, std::memory_order_release);
   M* self = current_m();
   if (self && self->p && self->curg) run_safepoint_slow(self->p);
   for (P* p : rt->ps) {
-    if (!p->safepoint.load(std::memory_order_relaxed)) continue;
+    if (p->safepoint.load(std::memory_order_relaxed) != kSafepointAsked) continue;
     if (rt->stopping.load(std::memory_order_acquire)) return;
     P* held = nullptr;
     {
@@ -73,7 +82,7 @@ void request_safepoint(Runtime* rt) noexcept {
 bool safepoint_pending(Runtime* rt) noexcept {
   if (!rt) return false;
   for (P* p : rt->ps)
-    if (p->safepoint.load(std::memory_order_acquire)) return true;
+    if (p->safepoint.load(std::memory_order_acquire) != kSafepointNone) return true;
   return false;
 }
 

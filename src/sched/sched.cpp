@@ -255,7 +255,7 @@ void handoffp(Runtime* rt, P* p) {
   }
   for (;;) {
     std::unique_lock<std::mutex> g(rt->lock);
-    if (p->safepoint.load(std::memory_order_relaxed)) {  // we hold p: ours to run
+    if (p->safepoint.load(std::memory_order_relaxed) == kSafepointAsked) {  // we hold p
       g.unlock();
       run_safepoint_slow(p);
       continue;
@@ -535,7 +535,7 @@ Task* find_runnable(M* m) {
     // is ours to run (the requester saw the P running); one after it finds the P idle.
     {
       std::unique_lock<std::mutex> g(rt->lock);
-      if (p->safepoint.load(std::memory_order_relaxed)) {
+      if (p->safepoint.load(std::memory_order_relaxed) == kSafepointAsked) {
         g.unlock();
         run_safepoint_slow(p);
         continue;

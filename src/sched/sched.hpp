@@ -121,10 +121,12 @@ struct alignas(64) P {
   // CORUN_TIMERS=global. Immutable after boot.
   timer::TimerBucket* tb = nullptr;
 
-  // Safe-point request (safepoint.cpp): set (release) by request_safepoint, taken
-  // (exchange, acq_rel) by whoever runs the hook for this P: its owner in find_runnable
-  // or before it idles the P, or the requester while the P is out of the idle list.
-  std::atomic<bool> safepoint{false};
+  // Safe-point request (safepoint.cpp): kSafepointNone, kSafepointAsked (stored with
+  // release by request_safepoint), kSafepointRunning (CAS from asked, acq_rel, by whoever
+  // runs the hook for this P: its owner in find_runnable or before it idles the P, or the
+  // requester while the P is out of the idle list), back to none (CAS, release) once the
+  // hook has returned — so "not pending" means the hook's work is done and visible.
+  std::atomic<std::uint8_t> safepoint{0};
 
   P* link = nullptr;  // idle list, guarded by Runtime::lock
 };
@@ -339,10 +341,11 @@ inline constexpr std::uint32_t kSysmonWatching = 0, kSysmonSlices = 1, kSysmonId
 void sysmon_kick(Runtime* rt) noexcept;       // a P entered blocking(): make sure sysmon watches
 void sysmon_wake_idle(Runtime* rt) noexcept;  // a P started running: wake a sysmon asleep for good
 
+inline constexpr std::uint8_t kSafepointNone = 0, kSafepointAsked = 1, kSafepointRunning = 2;
 void run_safepoint_slow(P* p) noexcept;
 inline void run_safepoint(P* p) noexcept {
-  // relaxed: a hint; the exchange in run_safepoint_slow orders the hook's work.
-  if (p->safepoint.load(std::memory_order_relaxed)) run_safepoint_slow(p);
+  // relaxed: a hint; the CAS in run_safepoint_slow orders the hook's work.
+  if (p->safepoint.load(std::memory_order_relaxed) == kSafepointAsked) run_safepoint_slow(p);
 }
 
 }  // namespace corun::sched
