@@ -160,8 +160,11 @@ __attribute__((noinline)) void spill(PoolState* st, Shard* s, void* x) noexcept 
     count_shard_nodes(st, 1);
   }
   b->n = kBatch;
+  // The halves do not overlap (kLocalCap == 2 * kBatch): two fixed-size copies the
+  // compiler inlines, where a memmove was a call into libc.
+  static_assert(kLocalCap == 2 * kBatch);
   std::memcpy(b->items, s->local, sizeof(void*) * kBatch);
-  std::memmove(s->local, s->local + kBatch, sizeof(void*) * (kLocalCap - kBatch));
+  std::memcpy(s->local, s->local + kBatch, sizeof(void*) * (kLocalCap - kBatch));
   s->n = kLocalCap - kBatch;
   s->local[s->n++] = x;
   if (s->nfull < kLocalBatches) {
