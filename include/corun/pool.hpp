@@ -4,9 +4,10 @@
 // object to two callers), else make(), else nullptr; put() gives an object back. Each P
 // keeps a small cache of its own (a private slot and a 28-slot array on its NUMA node's
 // memory, allocated when the P first uses the pool); get and put on it are plain loads
-// and stores, no atomic, no lock. When the array fills, half of it moves to the pool's
-// depot as one batch (O(1) under the depot's lock); when it empties, get takes a batch
-// back. Threads that are not Ps (foreign threads, blocking() calls) use the depot
+// and stores, no atomic, no lock. When the array fills, half of it moves as one batch to
+// the P's own stack of up to 4 full batches, then to the pool's depot (O(1) under the
+// depot's lock); when it empties, get takes a batch back from the P's stack, else the
+// depot. Threads that are not Ps (foreign threads, blocking() calls) use the depot
 // directly, under its lock.
 //
 // Trimming without a GC: every CORUN_POOL_TRIM_MS (default 5 s) a runtime timer moves
@@ -15,13 +16,15 @@
 // object nobody took for two periods is destroyed. Between runs nothing is trimmed;
 // destroying the Pool destroys everything it holds.
 //
-// CORUN_POOL=global replaces the per-P caches with one mutex-protected list (the design
-// Go had before CL 46010043), for comparison.
+// CORUN_POOL=global replaces the per-P caches with one lock-protected list (the design
+// Go had before CL 46010043, with corun's spin-then-yield lock for Go's mutex), for
+// comparison.
 //
-// Memory: sizeof(Pool<T>) is a std::function plus two pointers; the pool's state (~200
-// bytes) is allocated with it; in a run with P Ps, the first use on a P adds 8·P bytes
-// (the shard table, once per run) and a 256-byte shard for that P, plus a 128-byte batch
-// node per batch in flight. See the README for the figures.
+// Memory: sizeof(Pool<T>) is a std::function plus two pointers (48 bytes); the pool's
+// state (128 bytes) is allocated with it; in a run with P Ps, the first use adds the
+// shard table (24 + 8·P bytes rounded up to 64, once per run) and each P's first use a
+// 256-byte shard, plus a 128-byte batch node per batch in flight. See the README for the
+// figures.
 //
 // A Pool must outlive every get/put on it; it may be a global and be used across runs.
 // It is neither copyable nor movable (its per-P caches are keyed by its address).
