@@ -1,6 +1,6 @@
 // perf/bench_chan.cpp — channel and select benchmarks: Go's runtime/chan_test.go suite
 // (and proc_test.go's PingPongHog) under Go's names, so scripts/go-compare pairs them
-// with Go's own; the programs of the runnext-backoff seed (Go CL 20835: Chain, ChainBuf,
+// with Go's own; the programs of the runnext-backoff change (Go CL 20835: Chain, ChainBuf,
 // Sieve, Powser, from golang.org/s/go15gomaxprocs); and a request/response tail-latency
 // benchmark. Twins of the ones Go's runtime package lacks are in scripts/gobench/chan_test.go.
 //

@@ -30,7 +30,7 @@
 // It is neither copyable nor movable (its per-P caches are keyed by its address).
 // Rejected: templated per-T cores (code bloat, and one non-template fast path is what
 // perf shows); Go 1.13's lock-free per-P deques (its point is letting other Ps steal
-// without a lock; corun moves whole batches through the depot instead, as the seed did).
+// without a lock; corun moves whole batches through the depot instead, as Go CL 46010043 did).
 #pragma once
 
 #include <atomic>

@@ -30,20 +30,15 @@
 #include <cstdint>
 #include <ctime>
 
+#include "base/cpu_relax.hpp"
+
 namespace corun::arch {
 
-// Hint to the core that this is a spin-wait iteration. Cost varies by core: ~140 cycles on
-// Intel Skylake and later, a few on AMD Zen 1, ~65 on Zen 2 (measured: ~19 ns = ~40 TSC ticks
-// on the AMD EPYC dev VM). spin.hpp measures it at start-up: pause_cost_ns().
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __asm__ __volatile__("pause" ::: "memory");
-#elif defined(__aarch64__)
-  __asm__ __volatile__("isb sy" ::: "memory");
-#else
-  __asm__ __volatile__("" ::: "memory");
-#endif
-}
+// Hint to the core that this is a spin-wait iteration (defined in base/cpu_relax.hpp, below
+// the lock that spins with it). Cost varies by core: ~140 cycles on Intel Skylake and
+// later, a few on AMD Zen 1, ~65 on Zen 2 (measured: ~19 ns = ~40 TSC ticks on the AMD EPYC
+// dev VM). spin.hpp measures it at start-up: pause_cost_ns().
+using base::cpu_relax;
 
 // A cheap monotonic tick counter. Units: TSC ticks (x86), generic-timer ticks (aarch64,
 // CNTFRQ_EL0 per second), or nanoseconds (other architectures). spin.hpp converts.

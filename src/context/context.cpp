@@ -7,12 +7,12 @@
 // its deadline Timer (after_func whose callback captures the node pointer only, so the
 // std::function stores it in place and does not allocate).
 //
-// Lock order (sched/lock_order.hpp, level 0): a parent's lock before its child's, so
+// Lock order (base/lock.hpp, rank context): a parent's lock before its child's, so
 // cancel walks down the tree holding the locks of the path from the canceled node to the
 // node it is at (Go holds them the same way, by recursion). Removing a node from its
 // parent takes the parent's lock without holding the node's. Under a node's lock, cancel
-// closes the done channel (channel lock, level 1) and stops the timer (TimerRec::mu and
-// the timer heap lock, levels 5-6); it never runs user code: a deadline timer's callback
+// closes the done channel (rank chan) and stops the timer (ranks timer_rec and
+// timers); it never runs user code: a deadline timer's callback
 // runs in its own task, with no context lock held.
 //
 // Guarded by n->lock: n->first (children), n->timer, and n->done until n->done_set is
@@ -47,9 +47,9 @@
 #include <cstdint>
 #include <new>
 
-#include "arch/spinlock.hpp"
+#include "base/check.hpp"
+#include "base/lock.hpp"
 #include "context/context_internal.hpp"
-#include "sched/check.hpp"
 
 namespace corun::detail {
 
@@ -62,19 +62,19 @@ std::atomic<long> g_live_nodes{0};
 #endif
 
 struct ContextNode : ContextHeader {
-  std::atomic<std::uint32_t> lock{0};
+  base::Lock<base::LockRank::context> lock;
   std::atomic<std::uint8_t> state{0};  // ContextError, | kSettled; see the header comment
   std::atomic<bool> done_set{false};   // done is made and will not change (release)
   bool has_deadline = false;           // immutable
   bool linked = false;                 // in parent->first's list; parent->lock
   Clock::time_point deadline{};        // immutable; min(own, parent's)
   ContextNode* parent = nullptr;       // immutable; set (counted) iff linked at creation
-  ContextNode* first = nullptr;        // children; lock
-  ContextNode* prev = nullptr;         // siblings; parent->lock
+  ContextNode* first CORUN_GUARDED_BY(lock) = nullptr;  // children
+  ContextNode* prev = nullptr;                          // siblings; parent->lock
   ContextNode* next = nullptr;
   ContextNode* unref_next = nullptr;   // canceller's list of timer references to drop
   Chan<std::monostate> done{nullptr};  // lock; set once by the first done(), then read-only
-  Timer timer;                         // lock; own deadline timer, if any
+  Timer timer CORUN_GUARDED_BY(lock);  // own deadline timer, if any
 
 #if CORUN_DEBUG_CHECKS
   ContextNode() noexcept {
@@ -90,16 +90,7 @@ ContextNode* node_of(const Context& c) noexcept {
   return static_cast<ContextNode*>(c.header());
 }
 
-struct Guard {
-  ContextNode* n;
-  explicit Guard(ContextNode* node) noexcept : n(node) { spin_lock(n->lock); }
-  ~Guard() { spin_unlock(n->lock); }
-  Guard(const Guard&) = delete;
-  Guard& operator=(const Guard&) = delete;
-};
-
-// p->lock held.
-void link_locked(ContextNode* p, ContextNode* c) noexcept {
+void link_locked(ContextNode* p, ContextNode* c) noexcept CORUN_REQUIRES(p->lock) {
   c->prev = nullptr;
   c->next = p->first;
   if (p->first) p->first->prev = c;
@@ -107,8 +98,8 @@ void link_locked(ContextNode* p, ContextNode* c) noexcept {
   c->linked = true;
 }
 
-// p->lock held, c in p's list.
-void unlink_locked(ContextNode* p, ContextNode* c) noexcept {
+// c in p's list.
+void unlink_locked(ContextNode* p, ContextNode* c) noexcept CORUN_REQUIRES(p->lock) {
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -131,8 +122,9 @@ Chan<std::monostate> closed_chan() {
   return c;
 }
 
-// n->lock held, n's state none: n becomes canceled (pending) with err.
-void cancel_locked(ContextNode* n, ContextError err, ContextNode** unrefs) noexcept {
+// n's state none: n becomes canceled (pending) with err.
+void cancel_locked(ContextNode* n, ContextError err, ContextNode** unrefs) noexcept
+    CORUN_REQUIRES(n->lock) {
   // release: a receiver woken by the close (ordered after it by the channel's lock) sees
   // the error.
   n->state.store(static_cast<std::uint8_t>(err), std::memory_order_release);
@@ -148,15 +140,17 @@ void cancel_locked(ContextNode* n, ContextError err, ContextNode** unrefs) noexc
 }
 
 // Cancels n and its subtree with err (unless n already has an error) and, if `remove`,
-// unlinks n from its parent. The caller holds a reference to n.
-void cancel(ContextNode* n, ContextError err, bool remove) noexcept {
+// unlinks n from its parent. The caller holds a reference to n. The walk locks hand over
+// hand down the tree and back up: beyond the analysis (CORUN_NO_TSA); the rank check
+// (base/lock.hpp, LockNest::tree) still sees every acquire.
+void cancel(ContextNode* n, ContextError err, bool remove) noexcept CORUN_NO_TSA {
   ContextNode* unrefs = nullptr;
   const auto settled = static_cast<std::uint8_t>(static_cast<std::uint8_t>(err) | kSettled);
-  spin_lock(n->lock);
+  n->lock.lock();
   if (n->state.load(std::memory_order_relaxed) != 0) {
     // Already canceled, and settled: its canceller released the lock we now hold only
     // after the whole subtree was done. Its removal from the parent is that canceller's.
-    spin_unlock(n->lock);
+    n->lock.unlock();
     return;
   }
   cancel_locked(n, err, &unrefs);
@@ -166,13 +160,13 @@ void cancel(ContextNode* n, ContextError err, bool remove) noexcept {
   for (;;) {
     if (ContextNode* c = cur->first) {
       unlink_locked(cur, c);
-      spin_lock(c->lock);
+      c->lock.lock();
       if (c->state.load(std::memory_order_relaxed) == 0) {
         cancel_locked(c, err, &unrefs);
         cur = c;  // c->parent == cur
       } else {
         // Canceled on its own (its canceller is past the walk and will find it unlinked).
-        spin_unlock(c->lock);
+        c->lock.unlock();
       }
       continue;
     }
@@ -180,13 +174,13 @@ void cancel(ContextNode* n, ContextError err, bool remove) noexcept {
     // lock (a dying cur needs that lock to free itself).
     ContextNode* up = cur->parent;
     cur->state.store(settled, std::memory_order_release);
-    spin_unlock(cur->lock);
+    cur->lock.unlock();
     if (cur == n) break;
     cur = up;
   }
   if (remove) {
     if (ContextNode* p = n->parent) {
-      Guard g(p);
+      base::Guard g(p->lock);
       if (n->linked) unlink_locked(p, n);
     }
   }
@@ -212,7 +206,7 @@ ContextNode* make_node(ContextNode* p, bool has_deadline, Clock::time_point dead
   n->deadline = deadline;
   std::uint8_t born = expired ? static_cast<std::uint8_t>(ContextError::deadline_exceeded) : 0;
   if (p) {
-    Guard g(p);
+    base::Guard g(p->lock);
     if (std::uint8_t s = p->state.load(std::memory_order_relaxed)) {
       born = static_cast<std::uint8_t>(s & ~kSettled);  // the parent's error wins (Go)
     } else if (!born) {
@@ -247,7 +241,7 @@ void arm_deadline(ContextNode* n, Duration d) {
     throw;
   }
   {
-    Guard g(n);
+    base::Guard g(n->lock);
     if (n->state.load(std::memory_order_relaxed) == 0) {
       n->timer = std::move(timer);
       return;
@@ -260,12 +254,14 @@ void arm_deadline(ContextNode* n, Duration d) {
 
 }  // namespace
 
-void context_destroy(ContextHeader* h) noexcept {
+// n is unreachable (no reference left): its own fields need no lock, which the analysis
+// cannot know (CORUN_NO_TSA); its parent's list is edited under the parent's lock.
+void context_destroy(ContextHeader* h) noexcept CORUN_NO_TSA {
   auto* n = static_cast<ContextNode*>(h);
   while (n) {
     ContextNode* p = n->parent;
     if (p) {
-      Guard g(p);
+      base::Guard g(p->lock);
       if (n->linked) unlink_locked(p, n);
     }
     CORUN_DCHECK(n->first == nullptr, "context node freed with children");
@@ -277,7 +273,7 @@ void context_destroy(ContextHeader* h) noexcept {
 std::size_t context_children(const Context& c) noexcept {
   ContextNode* n = node_of(c);
   if (!n) return 0;
-  Guard g(n);
+  base::Guard g(n->lock);
   std::size_t k = 0;
   for (ContextNode* x = n->first; x; x = x->next) k++;
   return k;
@@ -286,7 +282,7 @@ std::size_t context_children(const Context& c) noexcept {
 bool context_timer_armed(const Context& c) noexcept {
   ContextNode* n = node_of(c);
   if (!n) return false;
-  Guard g(n);
+  base::Guard g(n->lock);
   return n->timer.active();
 }
 
@@ -311,7 +307,7 @@ Chan<std::monostate> Context::done() const {
   if (!n) return Chan<std::monostate>(nullptr);  // background: never done
   // acquire: the handle was stored before done_set, and is never stored again.
   if (n->done_set.load(std::memory_order_acquire)) return n->done;
-  detail::Guard g(n);
+  base::Guard g(n->lock);
   if (!n->done) {
     // Already canceled (and settled: we hold the lock): Go's shared closedchan.
     n->done = n->state.load(std::memory_order_relaxed) != 0 ? detail::closed_chan()
@@ -328,7 +324,7 @@ ContextError Context::err() const noexcept {
   std::uint8_t s = n->state.load(std::memory_order_acquire);
   if (s != 0 && !(s & kSettled)) {
     // A cancel in progress: wait for it (it holds the lock until it settles).
-    { detail::Guard g(n); }
+    { base::Guard g(n->lock); }
     s = n->state.load(std::memory_order_acquire);
   }
   return static_cast<ContextError>(s & ~kSettled);

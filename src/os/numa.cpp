@@ -20,7 +20,6 @@
 #include <climits>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -28,6 +27,8 @@
 #ifndef CORUN_NO_JEMALLOC
 #include <jemalloc/jemalloc.h>
 #endif
+
+#include "base/lock.hpp"
 
 namespace corun::os {
 namespace {
@@ -85,7 +86,7 @@ struct State {
   std::unique_ptr<std::atomic<unsigned>[]> arena;  // [nodes]; kNoArena until created.
   // arena[n]: written once under mu with store-release after arenas.create returned;
   // read lock-free with load-acquire so the index is only used once it is complete.
-  std::mutex mu;  // serialises arena creation
+  base::Lock<base::LockRank::numa> mu;  // serialises arena creation
 };
 
 State& state() {
@@ -130,7 +131,7 @@ unsigned arena_for(int node) {
   // acquire: pairs with the release below; the arena is complete once its index is seen.
   unsigned a = slot.load(std::memory_order_acquire);
   if (a != kNoArena) return a;
-  std::lock_guard<std::mutex> lock(st.mu);
+  base::Guard lock(st.mu);
   a = slot.load(std::memory_order_relaxed);  // relaxed: mu orders writers among themselves
   if (a == kNoArena) {
     a = create_arena(st, node);

@@ -178,28 +178,28 @@ StackAllocator::~StackAllocator() {
 }
 
 std::size_t StackAllocator::slabs() const {
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   return slabs_.size();
 }
 std::size_t StackAllocator::stacks_carved() const {
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   return carved_;
 }
 std::size_t StackAllocator::guarded() const {
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   return guarded_;
 }
 std::size_t StackAllocator::cold() const {
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   return cold_.size();
 }
 std::size_t StackAllocator::hot() const {
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   return hot_.size();
 }
 
 Stack StackAllocator::allocate() {
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   Stack s;
   if (!hot_.empty()) {
     s = hot_.back();
@@ -228,20 +228,20 @@ bool StackAllocator::release(const Stack& s) noexcept {
       (void)!::write(2, msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1));
     std::abort();
   }
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   hot_.push_back(s);  // capacity reserved in carve_locked(): no allocation
   return hot_.size() > keep_hot_;
 }
 
 bool StackAllocator::has_surplus() const {
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   return hot_.size() > keep_hot_;
 }
 
 std::size_t StackAllocator::trim() noexcept {
   std::vector<Stack> batch;
   {
-    std::lock_guard<std::mutex> g(mu_);
+    base::Guard g(mu_);
     std::size_t surplus = hot_.size() > keep_hot_ ? hot_.size() - keep_hot_ : 0;
     std::size_t n = std::min(surplus, hot_low_);
     if (n > 0) {
@@ -271,7 +271,7 @@ void StackAllocator::make_cold(Stack* b, std::size_t n) noexcept {
     ::madvise(start, static_cast<std::size_t>(end - start), MADV_DONTNEED);
     i = j;
   }
-  std::lock_guard<std::mutex> g(mu_);
+  base::Guard g(mu_);
   for (std::size_t i = 0; i < n; ++i) cold_.push_back(b[i]);  // capacity reserved: no alloc
 }
 

@@ -64,7 +64,7 @@
 // Weakness of a zero canary: an overflow that writes zeros over those 16 bytes goes
 // unnoticed (the scheduler also checks the saved stack pointer at every switch).
 //
-// Thread safety: StackAllocator is thread-safe: one std::mutex (mu_) guards all of its
+// Thread safety: StackAllocator is thread-safe: one lock (mu_, rank stacks) guards all of its
 // mutable state; the scheduler keeps a per-P cache in front, so this is the slow path.
 // write_canary/canary_intact touch only the given stack. install_overflow_handler is
 // process-wide and idempotent; thread_altstack_* act on the calling thread.
@@ -72,13 +72,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "arch/sanitizer.hpp"
+#include "base/lock.hpp"
 
 // 1 when a sanitizer that owns SIGSEGV handling and the threads' alternate signal stacks
 // (ASan, TSan) is on: install_overflow_handler and thread_altstack_* are then no-ops.
@@ -160,11 +160,11 @@ class StackAllocator {
     std::byte* base;
     std::size_t len;
   };
-  Stack carve_locked();      // requires mu_
-  void map_slab_locked();    // requires mu_; throws
-  bool take_guard_locked();  // requires mu_: reserve 2 map entries of guard budget
-  std::string describe_locked(std::size_t want) const;   // requires mu_; for errors
-  void make_cold(Stack* batch, std::size_t n) noexcept;  // takes mu_ at the end
+  Stack carve_locked() CORUN_REQUIRES(mu_);
+  void map_slab_locked() CORUN_REQUIRES(mu_);    // throws
+  bool take_guard_locked() CORUN_REQUIRES(mu_);  // reserve 2 map entries of guard budget
+  std::string describe_locked(std::size_t want) const CORUN_REQUIRES(mu_);  // for errors
+  void make_cold(Stack* batch, std::size_t n) noexcept;                     // takes mu_ at the end
 
   // Immutable after construction (any thread may read).
   const std::size_t page_;
@@ -175,18 +175,17 @@ class StackAllocator {
   const int numa_node_;
   const bool auto_budget_;
 
-  mutable std::mutex mu_;
-  // All below: guarded by mu_.
-  std::vector<Slab> slabs_;
-  std::vector<Stack> hot_;           // LIFO
-  std::vector<Stack> cold_;          // LIFO
-  std::size_t hot_low_ = SIZE_MAX;   // hot_'s smallest size since the last trim()
-  std::byte* carve_next_ = nullptr;  // next free slot in the newest slab
-  std::byte* carve_end_ = nullptr;
-  std::size_t carved_ = 0;
-  std::size_t guarded_ = 0;
-  long own_budget_left_ = 0;     // explicit mode only (map entries)
-  bool guards_stopped_ = false;  // mprotect failed once: no more guards
+  mutable base::Lock<base::LockRank::stacks> mu_;
+  std::vector<Slab> slabs_ CORUN_GUARDED_BY(mu_);
+  std::vector<Stack> hot_ CORUN_GUARDED_BY(mu_);           // LIFO
+  std::vector<Stack> cold_ CORUN_GUARDED_BY(mu_);          // LIFO
+  std::size_t hot_low_ CORUN_GUARDED_BY(mu_) = SIZE_MAX;   // hot_'s minimum since trim()
+  std::byte* carve_next_ CORUN_GUARDED_BY(mu_) = nullptr;  // next free slot, newest slab
+  std::byte* carve_end_ CORUN_GUARDED_BY(mu_) = nullptr;
+  std::size_t carved_ CORUN_GUARDED_BY(mu_) = 0;
+  std::size_t guarded_ CORUN_GUARDED_BY(mu_) = 0;
+  long own_budget_left_ CORUN_GUARDED_BY(mu_) = 0;     // explicit mode only (map entries)
+  bool guards_stopped_ CORUN_GUARDED_BY(mu_) = false;  // mprotect failed: no more guards
 };
 
 // The canary: 16 bytes at [lo, lo+16), a pattern derived from lo (a copied stack bottom

@@ -2,11 +2,13 @@
 //
 // Invariants: every hwloc object pointer lives only while its topology is loaded; the cached
 // real-machine topology is loaded once and only read afterwards (hwloc documents concurrent
-// read-only queries as safe), and the mutex below still serialises planners so the cache
+// read-only queries as safe), and the lock below still serialises planners so the cache
 // pointer's set-up is simple. Synthetic/XML topologies are loaded per call and destroyed
 // before returning (RAII), so errors never leak a topology.
 
 #include "os/topology.hpp"
+
+#include "base/lock.hpp"
 
 #include <hwloc.h>
 #include <sched.h>
@@ -18,7 +20,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -116,10 +117,10 @@ TopoPtr load_xml(const std::string& path) {
 }
 
 // The real machine, loaded once. Guarded by g_real_mu; never unloaded before exit.
-std::mutex g_real_mu;
-TopoPtr g_real;  // guarded by g_real_mu
+base::Lock<base::LockRank::topology> g_real_mu;
+TopoPtr g_real CORUN_GUARDED_BY(g_real_mu);
 
-hwloc_topology_t real_topology_locked() {
+hwloc_topology_t real_topology_locked() CORUN_REQUIRES(g_real_mu) {
   if (!g_real) {
     hwloc_topology_t raw = nullptr;
     if (hwloc_topology_init(&raw) != 0) fail("hwloc_topology_init failed");
@@ -383,7 +384,7 @@ TopologyPlan plan_topology(const TopologyRequest& req) {
     TopoPtr t = load_xml(req.xml_path);
     return plan_from(t.get(), req, false);
   }
-  std::lock_guard<std::mutex> lock(g_real_mu);
+  base::Guard lock(g_real_mu);
   return plan_from(real_topology_locked(), req, true);
 }
 

@@ -19,14 +19,13 @@
 //     run's P count; shard on the P's NUMA node, os::node_alloc), move what a previous
 //     run's shards held into the depot, and make sure the run's trim timer is armed.
 // Threads without a P put into / take from the top batch of the depot one object at a
-// time; in CORUN_POOL=global every get/put does that (one lock-protected list: the
-// seed's "old", with a spin lock where Go had a mutex — kinder to the old design).
+// time; in CORUN_POOL=global every get/put does that (one lock-protected list: Go before
+// CL 46010043, with a spin lock where Go had a mutex — kinder to the old design).
 // Rejected: Go's pin/unpin (corun cannot be preempted inside get/put: no need); a TLS
 // per-thread cache for foreign threads (its objects would be pinned until thread exit,
 // and foreign threads are the rare case); a lock-free depot (batch moves are rare).
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <thread>
 #include <vector>
@@ -34,12 +33,12 @@
 #include <corun/runtime.hpp>
 #include <corun/time.hpp>
 
-#include "arch/spinlock.hpp"
+#include "base/lock.hpp"
+#include "base/probes.hpp"
 #include "os/numa.hpp"
 #include "pool/pool_state.hpp"
 #include "pool/pool_trim.hpp"
-#include "sched/probes.hpp"
-#include "sched/sched.hpp"
+#include "sched/proc.hpp"
 
 namespace corun::detail {
 
@@ -55,14 +54,7 @@ struct PoolAccess {
 
 namespace {
 
-struct DepotGuard {
-  PoolState* st;
-  explicit DepotGuard(PoolState* s) noexcept : st(s) { spin_lock(st->lock); }
-  ~DepotGuard() { spin_unlock(st->lock); }
-};
-
-// Under the depot lock.
-void refresh_hint(PoolState* st) noexcept {
+void refresh_hint(PoolState* st) noexcept CORUN_REQUIRES(st->lock) {
   st->has_items.store(st->full || st->victim, std::memory_order_relaxed);
 }
 Batch* pop(Batch*& list) noexcept {
@@ -79,8 +71,7 @@ void push(Batch*& list, Batch* b) noexcept {
 // Off a P (blocking(), foreign threads) the run's trim timer may not be armed yet: a
 // pool used only there must be trimmed too. On a P, install() has armed it.
 void ensure_trimmer_off_p() noexcept {
-  sched::M* m = sched::current_m();
-  if (sched::Runtime* rt = m ? m->rt : sched::current_runtime()) pool_trimmer_ensure(rt);
+  if (sched::Runtime* rt = sched::caller_runtime()) pool_trimmer_ensure(rt);
 }
 
 __attribute__((noinline)) void depot_put(PoolState* st, void* x) noexcept {
@@ -88,7 +79,7 @@ __attribute__((noinline)) void depot_put(PoolState* st, void* x) noexcept {
   Batch* fresh = nullptr;
   for (;;) {
     {
-      DepotGuard g(st);
+      base::Guard g(st->lock);
       Batch* b = st->full;
       if (!b || b->n == kBatch) {
         b = pop(st->empty);
@@ -120,7 +111,7 @@ __attribute__((noinline)) void depot_put(PoolState* st, void* x) noexcept {
 
 __attribute__((noinline)) void* depot_get(PoolState* st) noexcept {
   if (!st->has_items.load(std::memory_order_relaxed)) return nullptr;
-  DepotGuard g(st);
+  base::Guard g(st->lock);
   Batch*& list = st->full ? st->full : st->victim;
   Batch* b = list;
   if (!b) return nullptr;
@@ -140,7 +131,7 @@ void give_spare(PoolState* st, Shard* s) noexcept {
   Batch* b = pop(s->spare);
   s->nspare--;
   count_shard_nodes(st, -1);
-  DepotGuard g(st);
+  base::Guard g(st->lock);
   push(st->empty, b);
   st->nodes++;
 }
@@ -153,7 +144,7 @@ __attribute__((noinline)) void spill(PoolState* st, Shard* s, void* x) noexcept 
     s->nspare--;
   } else {
     {
-      DepotGuard g(st);
+      base::Guard g(st->lock);
       if ((b = pop(st->empty))) st->nodes--;
     }
     if (!b && !(b = new (std::nothrow) Batch())) return st->destroy(x);  // as depot_put
@@ -174,7 +165,7 @@ __attribute__((noinline)) void spill(PoolState* st, Shard* s, void* x) noexcept 
   }
   count_shard_nodes(st, -1);
   {
-    DepotGuard g(st);
+    base::Guard g(st->lock);
     push(st->full, b);
     st->nodes++;
     refresh_hint(st);
@@ -190,7 +181,7 @@ __attribute__((noinline)) void* refill(PoolState* st, Shard* s) noexcept {
   } else {
     if (!st->has_items.load(std::memory_order_relaxed)) return nullptr;
     {
-      DepotGuard g(st);
+      base::Guard g(st->lock);
       b = pop(st->full);
       if (!b) b = pop(st->victim);
       if (!b) return nullptr;
@@ -221,7 +212,7 @@ void retire_shards(PoolState* st, ShardTable* t) noexcept {
     for (std::uint32_t k = 0; k < s->n; k++) depot_put(st, s->local[k]);
     count_shard_nodes(st, -(s->nfull + s->nspare));
     {
-      DepotGuard g(st);
+      base::Guard g(st->lock);
       for (Batch* b; (b = pop(s->full)); st->nodes++) push(st->full, b);
       for (Batch* b; (b = pop(s->spare)); st->nodes++) push(st->empty, b);
       refresh_hint(st);
@@ -254,29 +245,28 @@ std::size_t table_bytes(const ShardTable* t) noexcept {
 // The caller's P has no usable shard: install the run's table and P's shard. nullptr
 // when the P cannot have one (global mode, or out of memory: the depot serves instead).
 __attribute__((noinline)) Shard* install(PoolCore& c) noexcept {
-  sched::M* m = sched::current_m();
-  sched::P* p = m ? m->p : nullptr;
-  if (!p) return nullptr;
-  sched::Runtime* rt = m->rt;
+  const sched::ProcTls me = sched::tls_proc;  // a copy: nothing in install() parks
+  if (me.id < 0) return nullptr;
+  sched::Runtime* rt = sched::caller_runtime();
   PoolState* st = PoolAccess::state(c);
-  if (rt->settings.pool == os::PoolMode::global) {
-    st->global_run.store(rt->run_id, std::memory_order_relaxed);
+  if (sched::run_settings(rt).pool == sched::PoolMode::global) {
+    st->global_run.store(me.run_id, std::memory_order_relaxed);
     pool_trimmer_ensure(rt);
     return nullptr;
   }
   ShardTable* t = PoolAccess::table(c);
   ShardTable* stale = nullptr;
-  if (!t || t->run_id != p->run_id) {
+  if (!t || t->run_id != me.run_id) {
     ShardTable* fresh = nullptr;
     try {
-      fresh = new_table(p->run_id, static_cast<std::uint32_t>(rt->nprocs));
+      fresh = new_table(me.run_id, static_cast<std::uint32_t>(sched::run_procs(rt)));
     } catch (const std::bad_alloc&) {
       return nullptr;
     }
     {
-      DepotGuard g(st);
+      base::Guard g(st->lock);
       t = PoolAccess::table(c);
-      if (!t || t->run_id != p->run_id) {  // we install (another P may have meanwhile)
+      if (!t || t->run_id != me.run_id) {  // we install (another P may have meanwhile)
         stale = t;
         if (stale) {
           stale->older = st->retired;
@@ -293,11 +283,11 @@ __attribute__((noinline)) Shard* install(PoolCore& c) noexcept {
   }
   Shard* s = nullptr;
   try {
-    s = ::new (os::node_alloc(sizeof(Shard), alignof(Shard), p->numa_node)) Shard();
+    s = ::new (os::node_alloc(sizeof(Shard), alignof(Shard), sched::caller_node())) Shard();
   } catch (...) {
     return nullptr;
   }
-  t->shards[p->id] = s;  // only P p's owner writes its slot
+  t->shards[me.id] = s;  // only that P's owner writes its slot
   return s;
 }
 
@@ -320,10 +310,9 @@ PoolCore::~PoolCore() {
   while (void* x = pool_take_dying(st)) st->destroy(x);
   while (st->trimmers.load(std::memory_order_acquire) != 0) {
     std::uint64_t run = st->trim_run.load(std::memory_order_relaxed);
-    sched::Runtime* rt = sched::current_runtime();
-    if (run != 0 && (!rt || rt->run_id != run)) break;
-    sched::M* m = sched::current_m();
-    if (m && m->curg)
+    sched::Runtime* rt = sched::running_runtime();
+    if (run != 0 && (!rt || sched::run_id(rt) != run)) break;
+    if (sched::in_task())
       corun::yield();
     else
       std::this_thread::yield();
@@ -432,7 +421,7 @@ void PoolCore::put(void* x) noexcept {
 // ---- trimming and accounting (called by pool_trim.cpp and tests) ----------------------
 
 bool pool_rotate_depot(PoolState* st, std::vector<Batch*>& nodes) {
-  DepotGuard g(st);
+  base::Guard g(st->lock);
   while (Batch* b = pop(st->victim)) push(st->dying, b);
   // Spare nodes beyond a few are memory the pool no longer needs.
   std::uint32_t keep = 4;
@@ -457,7 +446,7 @@ void* pool_take_dying(PoolState* st) noexcept {
   Batch* done = nullptr;
   void* x = nullptr;
   {
-    DepotGuard g(st);
+    base::Guard g(st->lock);
     Batch* b = st->dying;
     if (!b) return nullptr;
     x = b->items[--b->n];
@@ -470,10 +459,10 @@ void* pool_take_dying(PoolState* st) noexcept {
   return x;
 }
 
-void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {
+void pool_trim_shard(PoolState* st, int proc, std::uint64_t run_id, bool to_victims) noexcept {
   ShardTable* t = PoolAccess::table(*st->core);
-  if (!t || t->run_id != p->run_id || static_cast<std::uint32_t>(p->id) >= t->n) return;
-  Shard* s = t->shards[p->id];
+  if (!t || t->run_id != run_id || static_cast<std::uint32_t>(proc) >= t->n) return;
+  Shard* s = t->shards[proc];
   if (!s) return;
   // The private slot and the array go into nodes like the P's own full batches: spares
   // first, then the depot's, then new ones (outside the lock).
@@ -487,7 +476,7 @@ void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {
   while (need > s->nspare) {
     Batch* b = nullptr;
     {
-      DepotGuard g(st);
+      base::Guard g(st->lock);
       if ((b = pop(st->empty))) st->nodes--;
     }
     if (!b && !(b = new (std::nothrow) Batch())) break;  // out of memory: see below
@@ -510,7 +499,7 @@ void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {
   // Every full batch of the P to the victims (or the depot); one spare stays.
   std::uint32_t moved = 0;
   {
-    DepotGuard g(st);
+    base::Guard g(st->lock);
     for (Batch* b; (b = pop(s->full)); moved++) push(to_victims ? st->victim : st->full, b);
     s->nfull = 0;
     for (; s->nspare > 1; s->nspare--, moved++) push(st->empty, pop(s->spare));
@@ -523,7 +512,7 @@ void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept {
 std::size_t pool_footprint(const PoolCore& c) noexcept {
   PoolState* st = PoolAccess::state(c);
   std::size_t bytes = sizeof(PoolState);
-  DepotGuard g(st);
+  base::Guard g(st->lock);
   bytes += std::size_t{st->nodes + st->shard_nodes.load(std::memory_order_relaxed)} * sizeof(Batch);
   if (ShardTable* t = PoolAccess::table(c)) {
     bytes += table_bytes(t);
@@ -543,7 +532,7 @@ std::size_t pool_cached(const PoolCore& c) noexcept {
         n += (s->priv ? 1 : 0) + s->n;
         for (Batch* b = s->full; b; b = b->next) n += b->n;
       }
-  DepotGuard g(st);
+  base::Guard g(st->lock);
   for (Batch* list : {st->full, st->victim})
     for (Batch* b = list; b; b = b->next) n += b->n;
   return n;

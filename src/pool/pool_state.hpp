@@ -29,12 +29,13 @@
 // not; batch nodes are allocated only by a P that overflows).
 // What changes on 2 sockets × 64 cores: the depot is one lock and one line for all 128
 // Ps; the batch transfer makes a P touch it once per kBatch overflowing puts, which the
-// seed found enough at 32 Ps. A per-node depot would be the next step if perf shows it.
+// Go CL 46010043 found enough at 32 Ps. A per-node depot would be the next step if perf shows it.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
+#include "base/lock.hpp"
 #include "pool/pool_internal.hpp"
 
 namespace corun::detail {
@@ -73,23 +74,23 @@ struct alignas(64) PoolState {
   PoolCore::Destroy destroy = nullptr;
   PoolRegistryLink reg;  // the list of all pools (pool.cpp g_registry_mu)
 
-  std::atomic<std::uint32_t> lock{0};  // the depot (lock_order.hpp #8)
-  std::atomic<bool> has_items{false};  // full || victim, as last seen under lock
-  Batch* full = nullptr;
-  Batch* victim = nullptr;
-  Batch* empty = nullptr;
-  std::uint32_t nodes = 0;  // batch nodes owned by the depot lists (footprint; depot lock)
+  base::Lock<base::LockRank::pool_depot> lock;  // the depot
+  std::atomic<bool> has_items{false};           // full || victim, as last seen under lock
+  Batch* full CORUN_GUARDED_BY(lock) = nullptr;
+  Batch* victim CORUN_GUARDED_BY(lock) = nullptr;
+  Batch* empty CORUN_GUARDED_BY(lock) = nullptr;
+  std::uint32_t nodes CORUN_GUARDED_BY(lock) = 0;  // nodes in the depot lists (footprint)
   // Batch nodes held by shards (their full and spare stacks). A statistic for the
   // footprint: relaxed, changed by owners of Ps without the depot lock.
   std::atomic<std::uint32_t> shard_nodes{0};
-  ShardTable* retired = nullptr;  // older tables
+  ShardTable* retired CORUN_GUARDED_BY(lock) = nullptr;  // older tables
   // The run (Runtime::run_id) in which this pool found CORUN_POOL=global, so its get/put
   // go straight to the depot without asking the runtime again. Relaxed: a stale value
   // only sends one call through install(), which reads the setting itself.
   std::atomic<std::uint64_t> global_run{0};
   // Victims a trim is destroying, one object at a time taken under the depot lock (so
   // ~PoolCore can take the rest, and an abandoned trim task strands none of them).
-  Batch* dying = nullptr;
+  Batch* dying CORUN_GUARDED_BY(lock) = nullptr;
   // Trims that may still touch this state: incremented under the registry lock (so not
   // after ~PoolCore unregistered it), decremented (release) when done; ~PoolCore waits
   // (acquire) for 0. trim_run: the run of the last trim task (0: a thread outside any

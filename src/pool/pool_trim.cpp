@@ -20,26 +20,28 @@
 // the safe-point hook (it runs on the scheduler's stack, where user destructors must not).
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include <corun/time.hpp>
 
+#include "base/lock.hpp"
+#include "base/probes.hpp"
 #include "os/thread.hpp"
 #include "pool/pool_trim.hpp"
-#include "sched/probes.hpp"
-#include "sched/sched.hpp"
+#include "sched/park.hpp"
+#include "sched/proc.hpp"
+#include "sched/safepoint.hpp"
 
 namespace corun::detail {
 
 namespace {
 
-// The registry (lock_order.hpp #7): every live PoolState, doubly linked. Taken by pool
-// construction/destruction, the trim task and the safe-point hook; the depot locks
-// (#8) nest inside it, nothing else does.
-std::mutex g_registry_mu;
-PoolState* g_head = nullptr;  // guarded by g_registry_mu
+// The registry: every live PoolState, doubly linked. Taken by pool construction and
+// destruction, the trim task and the safe-point hook; the depot locks nest inside it,
+// nothing else does.
+base::Lock<base::LockRank::pool_registry> g_registry_lock;
+PoolState* g_head CORUN_GUARDED_BY(g_registry_lock) = nullptr;
 
 // The run whose trim timer is armed (Runtime::run_id; 0: none). CAS (acq_rel) by the
 // first pool use of a run; relaxed loads elsewhere (a stale read only costs the CAS).
@@ -55,12 +57,12 @@ std::int64_t now_ns() noexcept {
 }
 
 // The safe-point hook (sched/safepoint.cpp): P p's caches of every pool to the victims.
-void trim_p(sched::P* p) noexcept {
+void trim_p(int proc, std::uint64_t run_id) noexcept {
   std::int64_t late = now_ns() - g_trim_at_ns.load(std::memory_order_relaxed);
   std::int64_t period = g_trim_period_ns.load(std::memory_order_relaxed);
   bool to_victims = period == 0 || late <= period / 2;
-  std::lock_guard<std::mutex> g(g_registry_mu);
-  for (PoolState* st = g_head; st; st = st->reg.next) pool_trim_shard(st, p, to_victims);
+  base::Guard g(g_registry_lock);
+  for (PoolState* st = g_head; st; st = st->reg.next) pool_trim_shard(st, proc, run_id, to_victims);
 }
 
 [[maybe_unused]] const bool g_hooked = [] {
@@ -70,12 +72,11 @@ void trim_p(sched::P* p) noexcept {
 
 void arm(std::uint64_t ms);
 
-void tick() {
-  sched::M* m = sched::current_m();
-  if (!m || m->rt->run_id != g_trim_run.load(std::memory_order_relaxed)) return;
+void tick() {  // an after_func task
+  sched::Runtime* rt = sched::caller_runtime();
+  if (sched::run_id(rt) != g_trim_run.load(std::memory_order_relaxed)) return;
   pool_trim_now();
-  m = sched::current_m();  // destructors may have parked: we may be on another M now
-  if (!m->rt->stopping.load(std::memory_order_acquire)) arm(m->rt->settings.pool_trim_ms);
+  if (!sched::run_stopping(rt)) arm(sched::run_settings(rt).pool_trim_ms);
 }
 
 void arm(std::uint64_t ms) {
@@ -86,14 +87,14 @@ void arm(std::uint64_t ms) {
 }  // namespace
 
 void pool_register(PoolState* st) {
-  std::lock_guard<std::mutex> g(g_registry_mu);
+  base::Guard g(g_registry_lock);
   st->reg.next = g_head;
   if (g_head) g_head->reg.prev = st;
   g_head = st;
 }
 
 void pool_unregister(PoolState* st) noexcept {
-  std::lock_guard<std::mutex> g(g_registry_mu);
+  base::Guard g(g_registry_lock);
   if (st->reg.prev)
     st->reg.prev->reg.next = st->reg.next;
   else
@@ -104,10 +105,11 @@ void pool_unregister(PoolState* st) noexcept {
 
 void pool_trimmer_ensure(sched::Runtime* rt) noexcept {
   std::uint64_t seen = g_trim_run.load(std::memory_order_relaxed);
-  if (seen == rt->run_id) return;
-  if (!g_trim_run.compare_exchange_strong(seen, rt->run_id, std::memory_order_acq_rel)) return;
+  const std::uint64_t id = sched::run_id(rt);
+  if (seen == id) return;
+  if (!g_trim_run.compare_exchange_strong(seen, id, std::memory_order_acq_rel)) return;
   try {
-    arm(rt->settings.pool_trim_ms);
+    arm(sched::run_settings(rt).pool_trim_ms);
   } catch (...) {
     g_trim_run.store(0, std::memory_order_relaxed);  // out of memory: the next use retries
   }
@@ -116,12 +118,12 @@ void pool_trimmer_ensure(sched::Runtime* rt) noexcept {
 void pool_trim_now() {
   g_trims.fetch_add(1, std::memory_order_relaxed);
   g_trim_at_ns.store(now_ns(), std::memory_order_relaxed);
-  sched::M* m = sched::current_m();
-  std::uint64_t run = (m && m->curg) ? m->rt->run_id : 0;
+  sched::Runtime* rt = sched::in_task() ? sched::caller_runtime() : nullptr;
+  std::uint64_t run = rt ? sched::run_id(rt) : 0;
   std::vector<PoolState*> dying;
   std::vector<Batch*> nodes;
   {
-    std::lock_guard<std::mutex> g(g_registry_mu);
+    base::Guard g(g_registry_lock);
     for (PoolState* st = g_head; st; st = st->reg.next)
       if (pool_rotate_depot(st, nodes)) {
         st->trim_run.store(run, std::memory_order_relaxed);
@@ -143,13 +145,12 @@ void pool_trim_now() {
     st->trimmers.fetch_sub(1, std::memory_order_release);  // st may be freed after this
   }
   CORUN_PROBE2(pool_trim, freed, nodes.size());
-  m = sched::current_m();  // destructors may have parked: we may be on another M now
-  if (m && m->p && m->curg) sched::request_safepoint(m->rt);
+  // Destructors may have parked (we may be on another P now, or in blocking()): ask again.
+  if (sched::can_park()) sched::request_safepoint(rt);
 }
 
 bool pool_trim_settled() noexcept {
-  sched::M* m = sched::current_m();
-  return !sched::safepoint_pending(m ? m->rt : sched::current_runtime());
+  return !sched::safepoint_pending(sched::caller_runtime());
 }
 
 std::uint64_t pool_trims() noexcept {

@@ -8,7 +8,6 @@
 
 namespace corun::sched {
 struct Runtime;
-struct P;
 }  // namespace corun::sched
 
 namespace corun::detail {
@@ -27,7 +26,7 @@ bool pool_rotate_depot(PoolState* st, std::vector<Batch*>& nodes);
 // One object of st->dying, now the caller's to destroy; nullptr when none is left.
 void* pool_take_dying(PoolState* st) noexcept;
 // Moves P p's cache of st to the victims (to the depot when to_victims is false). Only at
-// a safe point of p (sched/safepoint.cpp).
-void pool_trim_shard(PoolState* st, sched::P* p, bool to_victims) noexcept;
+// a safe point of P `proc` of run `run_id` (sched/safepoint.hpp).
+void pool_trim_shard(PoolState* st, int proc, std::uint64_t run_id, bool to_victims) noexcept;
 
 }  // namespace corun::detail

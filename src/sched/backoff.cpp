@@ -53,13 +53,13 @@ struct YieldBackoff final : RunnextBackoff {
 
 }  // namespace
 
-std::unique_ptr<RunnextBackoff> make_backoff(const os::Backoff& b) {
+std::unique_ptr<RunnextBackoff> make_backoff(const Backoff& b) {
   switch (b.kind) {
-    case os::BackoffKind::spin:
+    case BackoffKind::spin:
       return std::make_unique<SpinBackoff>(b.amount);
-    case os::BackoffKind::usleep:
+    case BackoffKind::usleep:
       return std::make_unique<UsleepBackoff>(b.amount);
-    case os::BackoffKind::yield:
+    case BackoffKind::yield:
       return std::make_unique<YieldBackoff>();
   }
   return std::make_unique<SpinBackoff>(3000);

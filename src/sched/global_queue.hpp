@@ -14,9 +14,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 
-#include "sched/check.hpp"
+#include "base/check.hpp"
+#include "base/lock.hpp"
 #include "sched/task.hpp"
 
 namespace corun::sched {
@@ -26,7 +26,7 @@ class GlobalQueue {
   // Appends the linked batch first..last (n tasks, linked by Task::next).
   void push_batch(Task* first, Task* last, std::uint32_t n) noexcept {
     last->next = nullptr;
-    std::lock_guard<std::mutex> g(mu_);
+    base::Guard g(mu_);
     if (tail_)
       tail_->next = first;
     else
@@ -43,7 +43,7 @@ class GlobalQueue {
     *rest = nullptr;
     *nrest = 0;
     if (empty_hint()) return nullptr;
-    std::lock_guard<std::mutex> g(mu_);
+    base::Guard g(mu_);
     std::uint32_t size = size_.load(std::memory_order_relaxed);
 #if CORUN_DEBUG_CHECKS
     std::uint32_t walked = 0;
@@ -73,9 +73,9 @@ class GlobalQueue {
   }
 
  private:
-  std::mutex mu_;
-  Task* head_ = nullptr;                // guarded by mu_
-  Task* tail_ = nullptr;                // guarded by mu_
+  base::Lock<base::LockRank::global_runq> mu_;
+  Task* head_ CORUN_GUARDED_BY(mu_) = nullptr;
+  Task* tail_ CORUN_GUARDED_BY(mu_) = nullptr;
   std::atomic<std::uint32_t> size_{0};  // written under mu_; read lock-free as a hint
 };
 

@@ -28,7 +28,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "sched/check.hpp"
+#include "base/check.hpp"
 #include "sched/task.hpp"
 
 namespace corun::sched {
@@ -37,14 +37,10 @@ namespace corun::sched {
 #define CORUN_RUNQ_SIZE 256
 #endif
 
-struct RunQueue {
+class RunQueue {
+ public:
   static constexpr std::uint32_t kSize = CORUN_RUNQ_SIZE;
   static_assert((kSize & (kSize - 1)) == 0, "run queue size must be a power of two");
-
-  alignas(64) std::atomic<std::uint32_t> head{0};  // owner and thieves CAS
-  alignas(64) std::atomic<std::uint32_t> tail{0};  // written by the owner only
-  std::atomic<Task*> runnext{nullptr};             // owner exchanges, thieves CAS
-  std::array<std::atomic<Task*>, kSize> slots{};   // see header comment
 
   // Approximate size for traces and emptiness checks from other threads.
   std::uint32_t size_hint() const noexcept {
@@ -54,6 +50,16 @@ struct RunQueue {
     return (n > kSize ? 0 : n) + (runnext.load(std::memory_order_relaxed) ? 1 : 0);
   }
   bool empty_hint() const noexcept { return size_hint() == 0; }
+
+ private:
+  // Only the two ends touch the storage: the owner through LocalEnd, thieves through
+  // StealEnd (which writes into the thief's own free slots, beyond its published tail).
+  friend class LocalEnd;
+  friend class StealEnd;
+  alignas(64) std::atomic<std::uint32_t> head{0};  // owner and thieves CAS
+  alignas(64) std::atomic<std::uint32_t> tail{0};  // written by the owner only
+  std::atomic<Task*> runnext{nullptr};             // owner exchanges, thieves CAS
+  std::array<std::atomic<Task*>, kSize> slots{};   // see header comment
 };
 
 // The owner's handle. Only the thread currently holding the P may use it.
@@ -135,9 +141,17 @@ class LocalEnd {
     q_.tail.store(tl + n, std::memory_order_release);
   }
 
-  RunQueue& queue() noexcept { return q_; }
+  // After a steal of n >= 1 tasks: publishes all but the newest, which it returns for
+  // the thief to run at once (Go's runqsteal returning the last one).
+  Task* publish_stolen(std::uint32_t n) noexcept {
+    std::uint32_t tl = q_.tail.load(std::memory_order_relaxed);
+    Task* t = q_.slots[(tl + n - 1) % RunQueue::kSize].load(std::memory_order_relaxed);
+    if (n > 1) publish(n - 1);
+    return t;
+  }
 
  private:
+  friend class StealEnd;  // writes stolen tasks into our free slots
   RunQueue& q_;
 };
 
@@ -157,7 +171,7 @@ class StealEnd {
   // runnext (after backoff.wait() when victim_running) and returns 1.
   std::uint32_t steal_into(LocalEnd& thief, bool take_next, bool victim_running,
                            const RunnextBackoff& backoff) noexcept {
-    RunQueue& tq = thief.queue();
+    RunQueue& tq = thief.q_;
     std::uint32_t ttail = tq.tail.load(std::memory_order_relaxed);
     for (;;) {
       std::uint32_t h = v_.head.load(std::memory_order_acquire);

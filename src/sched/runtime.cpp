@@ -22,10 +22,10 @@
 #include <corun/runtime.hpp>
 
 #include "arch/spin.hpp"
+#include "base/probes.hpp"
 #include "os/futex.hpp"
 #include "os/numa.hpp"
 #include "os/thread.hpp"
-#include "sched/probes.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -38,8 +38,10 @@ constexpr std::size_t kDefaultStackKb = (CORUN_ASAN || CORUN_TSAN) ? 256 : 64;
 std::atomic<Runtime*> g_runtime{nullptr};  // release on publish, acquire on read
 std::atomic<bool> g_active{false};         // a run() is in progress
 
-void destroy_runtime(Runtime* rt) noexcept {
-  drain_timers(rt);  // timers still armed: unlinked (their records freed) before the Ps go
+// The last reference is gone: no thread touches rt any more, so its guarded fields need
+// no lock (beyond the analysis).
+void destroy_runtime(Runtime* rt) noexcept CORUN_NO_TSA {
+  rt->timers.drain();  // timers still armed: abandoned (records freed) before the Ps go
   for (P* p : rt->ps) {
     task_cache_drain(p);
     p->~P();
@@ -65,7 +67,7 @@ void* m_thread_main(void* arg) {
   mstart(m);
   bool last = false;
   {
-    std::lock_guard<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     m->exited = true;
     if (m->detached) last = rt->refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
   }
@@ -77,7 +79,7 @@ void* m_thread_main(void* arg) {
   return nullptr;
 }
 
-Runtime* boot(const Config& cfg, const os::Settings& s) {
+Runtime* boot(const Config& cfg, const Settings& s) {
   auto rt = std::make_unique<Runtime>();
   rt->settings = s;
   static std::atomic<std::uint64_t> runs{0};  // relaxed: uniqueness only
@@ -88,7 +90,7 @@ Runtime* boot(const Config& cfg, const os::Settings& s) {
   rt->plan = os::plan_topology(req);
   rt->nprocs = static_cast<int>(rt->plan.procs.size());
   if (s.debug_stealorder)
-    std::fprintf(stderr, "corun: %s\ncorun: %s\n", os::describe(s).c_str(),
+    std::fprintf(stderr, "corun: %s\ncorun: %s\n", describe(s).c_str(),
                  rt->plan.describe().c_str());
   rt->stack_bytes = (s.stack_kb ? s.stack_kb : kDefaultStackKb) * 1024;
   arch::calibrate();
@@ -113,11 +115,20 @@ Runtime* boot(const Config& cfg, const os::Settings& s) {
     p->victims = rt->plan.victims[static_cast<std::size_t>(i)];
     p->stacks = rt->stacks[node >= 0 ? static_cast<std::size_t>(node) : 0].get();
     p->rng = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(i + 1);
-    p->tb = s.timers == os::TimerMode::global ? &rt->global_timers : &p->timers;
+    p->own_timers.rt = rt.get();
+    p->timers = s.timers == TimerMode::global ? &rt->global_timers : &p->own_timers;
+    if (s.timers != TimerMode::global) rt->timers.add_heap(&p->own_timers);
     rt->ps.push_back(p);
   }
-  // P0 starts the main task; the others wait in the idle list, P1 on top.
-  for (int i = rt->nprocs - 1; i >= 1; i--) pidleput(rt.get(), rt->ps[static_cast<std::size_t>(i)]);
+  rt->global_timers.rt = rt.get();
+  if (s.timers == TimerMode::global) rt->timers.add_heap(&rt->global_timers);
+  // P0 starts the main task; the others wait in the idle list, P1 on top. (No other
+  // thread exists yet; the lock is for the rule, and costs nothing here.)
+  {
+    base::Guard g(rt->lock);
+    for (int i = rt->nprocs - 1; i >= 1; i--)
+      pidleput(rt.get(), rt->ps[static_cast<std::size_t>(i)]);
+  }
   os::install_overflow_handler();
   rt->start_ns = os::monotonic_ns();
   return rt.release();
@@ -145,18 +156,14 @@ void main_destroy(void*) {}
 void shutdown(Runtime* rt) {
   rt->stopping.store(true, std::memory_order_seq_cst);
   {
-    std::lock_guard<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     for (M* m = rt->midle; m; m = m->link) {
       m->nextp = nullptr;
       m->in_midle = false;
       m->park.wakeup();
     }
     rt->midle = nullptr;
-    if (M* w = rt->watcher.load(std::memory_order_relaxed)) {
-      rt->watcher.store(nullptr, std::memory_order_relaxed);
-      w->nextp = nullptr;
-      w->park.wakeup();
-    }
+    idle_stop(rt);
   }
   sysmon_stop(rt);
   // Wait until every M has left or sits in a blocking() call.
@@ -164,7 +171,7 @@ void shutdown(Runtime* rt) {
     std::uint32_t seq = rt->exit_seq.load(std::memory_order_acquire);
     bool waiting = false;
     {
-      std::lock_guard<std::mutex> g(rt->lock);
+      base::Guard g(rt->lock);
       for (M* m : rt->allm)
         if (!m->exited && !m->in_blocking.load(std::memory_order_seq_cst)) waiting = true;
     }
@@ -173,7 +180,7 @@ void shutdown(Runtime* rt) {
   }
   std::vector<M*> join;
   {
-    std::lock_guard<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     for (M* m : rt->allm) {
       if (!m->exited) {
         m->detached = true;
@@ -199,7 +206,7 @@ M* new_m(Runtime* rt, P* p, bool spinning) {
   m->nextp = p;
   m->spinning = spinning;
   {
-    std::lock_guard<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     m->id = static_cast<int>(rt->allm.size());
     rt->allm.push_back(m);
   }
@@ -226,7 +233,7 @@ int run(const Config& cfg, std::function<void()> main_task) {
     throw std::invalid_argument("corun::Config::procs = " + std::to_string(cfg.procs) +
                                 ": expected 0 (take CORUN_PROCS or the default) or 1 to 4096");
   if (!main_task) throw std::invalid_argument("corun::run: main_task is empty");
-  os::Settings settings = os::settings_from_environment();  // throws on a bad CORUN_*
+  Settings settings = settings_from_environment();  // throws on a bad CORUN_*
   if (current_m()) throw std::logic_error("corun::run called from a task: run is not re-entrant");
   if (g_active.exchange(true, std::memory_order_acq_rel))
     throw std::logic_error("corun::run: a runtime is already running (run is not re-entrant)");
@@ -272,6 +279,36 @@ void yield_if_preempted() noexcept {
   if (!p->preempt.load(std::memory_order_relaxed)) return;
   p->preempt.store(false, std::memory_order_relaxed);
   switch_to_g0(m->curg, Action::yield);
+}
+}  // namespace sched
+
+namespace sched {
+Runtime* caller_runtime() noexcept {
+  M* m = current_m();
+  return m ? m->rt : current_runtime();
+}
+Runtime* running_runtime() noexcept {
+  return current_runtime();
+}
+std::uint64_t run_id(const Runtime* rt) noexcept {
+  return rt->run_id;
+}
+int run_procs(const Runtime* rt) noexcept {
+  return rt->nprocs;
+}
+const Settings& run_settings(const Runtime* rt) noexcept {
+  return rt->settings;
+}
+bool run_stopping(const Runtime* rt) noexcept {
+  return rt->stopping.load(std::memory_order_acquire);
+}
+bool in_task() noexcept {
+  M* m = current_m();
+  return m && m->curg;
+}
+int caller_node() noexcept {
+  M* m = current_m();
+  return (m && m->p) ? m->p->numa_node : -1;
 }
 }  // namespace sched
 
@@ -356,7 +393,7 @@ BlockingScope::~BlockingScope() {
   }
   P* np = nullptr;
   {
-    std::lock_guard<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     np = pidleget(rt);
   }
   if (np) {

@@ -1,4 +1,5 @@
-// sched/safepoint.cpp — running one hook for every P where no task runs on it.
+// sched/safepoint.cpp — running one hook for every P where no task runs on it (the
+// contract: safepoint.hpp).
 //
 // The pool keeps a shard per P that only the P's owner touches, with plain loads and
 // stores (no atomic on get/put). Its trimmer must still empty every shard now and then.
@@ -39,7 +40,7 @@ void run_safepoint_slow(P* p) noexcept {
   std::uint8_t asked = kSafepointAsked;
   if (!p->safepoint.compare_exchange_strong(asked, kSafepointRunning, std::memory_order_acq_rel))
     return;
-  if (g_hook) g_hook(p);
+  if (g_hook) g_hook(p->id, p->run_id);
   // release: safepoint_pending's acquire load of "none" sees the hook's work. Fails only
   // if a new request came meanwhile: it stays asked, and runs again.
   std::uint8_t running = kSafepointRunning;
@@ -57,19 +58,19 @@ void request_safepoint(Runtime* rt) noexcept {
     if (rt->stopping.load(std::memory_order_acquire)) return;
     P* held = nullptr;
     {
-      std::lock_guard<std::mutex> g(rt->lock);
+      base::Guard g(rt->lock);
       if (p->status.load(std::memory_order_relaxed) == PStatus::idle) held = pidleget(rt, p);
     }
     if (held != p) {  // not idle (its owner runs the hook), or not in the list after all
       if (held) {
-        std::lock_guard<std::mutex> g(rt->lock);
+        base::Guard g(rt->lock);
         pidleput(rt, held);
       }
       continue;
     }
     run_safepoint_slow(p);
     {
-      std::lock_guard<std::mutex> g(rt->lock);
+      base::Guard g(rt->lock);
       pidleput(rt, p);
     }
     // Work pushed to the global queue while we held p found one idle P fewer; look once

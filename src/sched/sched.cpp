@@ -1,23 +1,27 @@
 // sched/sched.cpp — the M loop: find a task, run it, handle what it asked for.
 //
-// find_runnable() order (Go's findRunnable, minus timers and netpoll until those land):
+// find_runnable() order (Go's findRunnable; the network poller will join at steps 3 and 6):
+//   0. the P's safe point if one was requested (safepoint.cpp), and the P's own due timers
+//      (what they ready lands in runnext);
 //   1. every 61st schedule, one task from the global queue (a P with a busy ring must
-//      not starve the global queue);
+//      not starve the global queue), after every P's due timers;
 //   2. runnext, then the local ring;
 //   3. the global queue (a batch: its share of the queue, up to half a ring);
 //   4. stealing, if this M is spinning or fewer than half the busy Ps' Ms spin: four
 //      passes over the victims nearest first, runnext only on the last pass;
-//   5. give the P back, re-check (see the spinning invariant in sched.hpp), park the M.
+//   5. due timers of any P, or a deadline closer than a sleep can honour, spun for;
+//   6. give the P back, re-check (see the spinning invariant in sched.hpp), park the M —
+//      in the idle wait if no other M waits there (idle.cpp).
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "arch/cpu.hpp"
+#include "base/check.hpp"
+#include "base/probes.hpp"
 #include "os/thread.hpp"
-#include "sched/check.hpp"
 #include "sched/eh_state.hpp"
 #include "sched/fence.hpp"
-#include "sched/probes.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -181,9 +185,9 @@ void wakep_local(Runtime* rt, P* p) noexcept {
   wakep(rt);
 }
 
-bool check_timers_local(Runtime* rt, P* p) noexcept {
+bool run_own_timers(Runtime* rt, P* p) noexcept {
   p->defer_wake = 1;
-  bool ran = check_timers(rt, p);
+  bool ran = p->timers->check();
   // The first task they readied runs on this M next; only a second one needs another M.
   if (p->defer_wake > 2) wakep(rt);
   p->defer_wake = 0;
@@ -204,7 +208,7 @@ void wakep(Runtime* rt) noexcept {
 void startm(Runtime* rt, P* p, bool spinning) {
   M* m = nullptr;
   {
-    std::lock_guard<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     if (!p) {
       p = pidleget(rt);
       if (!p) {
@@ -218,15 +222,12 @@ void startm(Runtime* rt, P* p, bool spinning) {
       return;
     }
     m = midleget(rt, p);
-    if (!m && (m = rt->watcher.load(std::memory_order_relaxed))) {
-      // The timer watcher only when no other M idles, so the watch rarely changes hands;
-      // with none idle there is nobody to hand it to (Ps are all running or starting).
-      rt->watcher.store(nullptr, std::memory_order_relaxed);
-      rt->watch_until.store(Runtime::kWatchNone, std::memory_order_seq_cst);
-    }
+    // The idle waiter only when no other M idles, so the wait rarely changes hands; with
+    // none idle there is nobody to hand it to (Ps are all running or starting).
+    if (!m) m = idle_take(rt);
     if (m) {
-      // Under the lock: the watcher, awake on its own, tells "handed a P" from "timer
-      // due" by reading watcher/nextp under this lock (watch_timers).
+      // Under the lock: the waiter, awake on its own, tells "handed a P" from "timer
+      // due" by reading idle.waiter/nextp under this lock (idle_wait).
       m->nextp = p;
       m->spinning = spinning;
     }
@@ -238,11 +239,10 @@ void startm(Runtime* rt, P* p, bool spinning) {
 }
 
 void handoffp(Runtime* rt, P* p) {
-  // Work, or timers that no idle M watches (the M stuck in blocking() was the only one
-  // looking at them): give the P an M, which runs them or idles and becomes the watcher.
+  // Work, or timers that no idle M waits for (the M stuck in blocking() was the only one
+  // looking at them): give the P an M, which runs them or idles and becomes the waiter.
   if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
-      (p->tb->earliest.load(std::memory_order_relaxed) != timer::TimerHeap::kNever &&
-       !rt->watcher.load(std::memory_order_relaxed))) {
+      (p->timers->next() != TimerHeap::kNever && !idle_has_waiter(rt))) {
     startm(rt, p, false);
     return;
   }
@@ -254,7 +254,7 @@ void handoffp(Runtime* rt, P* p) {
     return;
   }
   for (;;) {
-    std::unique_lock<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     if (p->safepoint.load(std::memory_order_relaxed) == kSafepointAsked) {  // we hold p
       g.unlock();
       run_safepoint_slow(p);
@@ -339,9 +339,7 @@ Task* steal_work(Runtime* rt, P* p) noexcept {
       bool running = vp->status.load(std::memory_order_relaxed) == PStatus::running;
       std::uint32_t n = StealEnd(vp->runq).steal_into(local, last, running, *rt->backoff);
       if (n == 0) continue;
-      std::uint32_t tail = p->runq.tail.load(std::memory_order_relaxed);
-      Task* t = p->runq.slots[(tail + n - 1) % RunQueue::kSize].load(std::memory_order_relaxed);
-      if (n > 1) local.publish(n - 1);
+      Task* t = local.publish_stolen(n);
       CORUN_PROBE3(steal, p->id, vp->id, n);
       p->stat_steals.store(p->stat_steals.load(std::memory_order_relaxed) + n,
                            std::memory_order_relaxed);
@@ -358,87 +356,19 @@ bool any_work(Runtime* rt) noexcept {
   return false;
 }
 
-// Sleeps on m's note until `until` (absolute monotonic ns) or a wake-up. With
-// CORUN_TIMER_SPIN_NS, wakes that much early and spins the rest, watching the note.
-void sleep_precise(M* m, std::int64_t until) noexcept {
-  const auto spin = static_cast<std::int64_t>(m->rt->settings.timer_spin_ns);
-  if (spin > 0) {
-    if (m->park.sleep_until(static_cast<std::uint64_t>(until - spin))) return;
-    while (!m->park.is_set() && static_cast<std::int64_t>(os::monotonic_ns()) < until)
-      arch::cpu_relax();
-    return;
-  }
-  m->park.sleep_until(static_cast<std::uint64_t>(until));
-}
-
-// The watcher's loop (timers.cpp header): sleep until the earliest timer deadline of all
-// buckets; run due timers, with an idle P if there is one. Returns when startm handed
-// this M a P (m->nextp), when it took an idle P for due timers (m->nextp), or at
-// shutdown. Entered as rt->watcher, with m's note cleared.
-void watch_timers(M* m) {
-  Runtime* rt = m->rt;
-  for (;;) {
-    // Publish "asleep with no deadline" first, then scan: an arm after our scan sees
-    // kNever and wakes us (seq_cst pair, timers.cpp).
-    rt->watch_until.store(timer::TimerHeap::kNever, std::memory_order_seq_cst);
-    std::int64_t until = earliest_timer(rt);
-    CORUN_PROBE1(timer_watch, until == timer::TimerHeap::kNever ? -1 : until);
-    if (until != timer::TimerHeap::kNever) {
-      std::int64_t expect = timer::TimerHeap::kNever;
-      // Fails only if an armer already claimed the wake-up (our note is set).
-      rt->watch_until.compare_exchange_strong(expect, until, std::memory_order_seq_cst);
-      sleep_precise(m, until);
-    } else {
-      m->park.sleep();
-    }
-    std::int64_t now = 0;
-    {
-      std::lock_guard<std::mutex> g(rt->lock);
-      if (rt->watcher.load(std::memory_order_relaxed) != m) return;  // startm or shutdown
-      if (rt->stopping.load(std::memory_order_acquire)) return;
-      m->park.clear();  // under the lock: startm cannot be handing us a P meanwhile
-      now = static_cast<std::int64_t>(os::monotonic_ns());
-      if (earliest_timer(rt) <= now) {
-        // Our own P again if it is idle: this thread is pinned to its CPU.
-        if (P* p = pidleget(rt, m->lastp)) {
-          // Run them with a P (find_runnable does, then the tasks they readied). The
-          // watch stays vacant until an M idles next (stopm takes it): handing it to an
-          // idle M here would cost a futex wake before the woken task runs (measured:
-          // ~4.5 futex calls per sleep(50µs) at 2 Ps with the hand-over, ~1 without).
-          // Meanwhile running Ps look at every bucket at their 61st schedule and
-          // before idling, and sysmon runs overdue timers while no M watches.
-          rt->watcher.store(nullptr, std::memory_order_relaxed);
-          rt->watch_until.store(Runtime::kWatchNone, std::memory_order_seq_cst);
-          m->nextp = p;
-          return;
-        }
-      } else {
-        continue;  // woken by an arm, or early: scan again
-      }
-    }
-    // Every P is busy: run them here; what they ready goes through the global queue.
-    run_all_due_timers(rt, now);
-  }
-}
-
 // Parks this M until startm hands it a P (m->p set on return) or the runtime stops.
-// With no timer watcher, this M becomes it (watch_timers). An M leaves the idle list only
-// when someone removes it under rt->lock (startm, shutdown); any other wake-up — a stale
-// timer_armed() aimed at a former watcher — is spurious and it sleeps again.
+// With nobody in the idle wait, this M becomes the waiter (idle.cpp). An M leaves the idle
+// list only when someone removes it under rt->lock (startm, shutdown); any other wake-up
+// — a stale idle_wake() aimed at a former waiter — is spurious and it sleeps again.
 void stopm(M* m) {
   Runtime* rt = m->rt;
-  std::unique_lock<std::mutex> g(rt->lock);
+  base::Guard g(rt->lock);
   for (;;) {
     if (rt->stopping.load(std::memory_order_acquire)) return;
     if (m->nextp) break;  // handed a P
-    M* w = rt->watcher.load(std::memory_order_relaxed);
-    // (w == m does not happen: watch_timers returns once this M no longer watches; the
-    // test keeps a watcher from ever queueing itself in midle.)
-    if (!w || w == m) {
-      rt->watcher.store(m, std::memory_order_release);
-      m->park.clear();  // under the lock: every waker changes state under it first
+    if (idle_try_become(rt, m)) {
       g.unlock();
-      watch_timers(m);  // returns once it is not the watcher, or with a P, or stopping
+      idle_wait(m);  // returns once it no longer waits: with a P, or stopping
       g.lock();
       continue;
     }
@@ -458,25 +388,6 @@ void stopm(M* m) {
   acquirep(m, p);
 }
 
-// Spins (cpu_relax, clock-checked) until the earliest timer of any P is due, if it is
-// due within the spin window — max(kShortWaitNs, CORUN_TIMER_SPIN_NS) — or until work
-// shows up in p's queue or the global queue. True if it spun (the caller looks again).
-constexpr std::int64_t kShortWaitNs = 10'000;
-bool spin_until_timer(Runtime* rt, P* p, std::int64_t now) noexcept {
-  std::int64_t e = earliest_timer(rt);
-  if (e == timer::TimerHeap::kNever) return false;
-  std::int64_t window = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
-  if (window < kShortWaitNs) window = kShortWaitNs;
-  if (e - now > window) return false;
-  while (static_cast<std::int64_t>(os::monotonic_ns()) < e) {
-    arch::cpu_relax();  // one PAUSE (~18 ns here) per clock read: the wait is short
-    if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
-        rt->stopping.load(std::memory_order_relaxed))
-      break;
-  }
-  return true;
-}
-
 Task* find_runnable(M* m) {
   Runtime* rt = m->rt;
   for (;;) {
@@ -488,15 +399,14 @@ Task* find_runnable(M* m) {
     }
     Task* t = nullptr;
     run_safepoint(p);
-    check_timers_local(rt, p);  // what they ready lands in runnext
+    run_own_timers(rt, p);  // what they ready lands in runnext
     // Every 61st schedule, the global queue first (Go's fairness rule; a countdown, not a
     // division, on this path).
     if (--p->global_countdown == 0) {
       p->global_countdown = 61;
       // Likewise every P's overdue timers, so a P stuck in one long task does not hold
       // its timers back until sysmon looks (10 ms) while this one keeps scheduling.
-      if (rt->nprocs > 1 && rt->settings.timers == os::TimerMode::per_p && any_timer_due(rt))
-        run_all_due_timers(rt, static_cast<std::int64_t>(os::monotonic_ns()));
+      if (rt->timers.size() > 1) rt->timers.run_due();
       if ((t = globrunqget(rt, p, 1))) {
         new_slice(p);
         return t;
@@ -520,21 +430,18 @@ Task* find_runnable(M* m) {
       }
     }
 
-    // Before idling: timers due on any P (one stuck in a long task, or idle). No clock
-    // read when no P has a timer.
-    if (earliest_timer(rt) != timer::TimerHeap::kNever) {
+    // Before idling: timers due on any P (one stuck in a long task, or idle), or due
+    // sooner than a sleep could honour. No clock read when no P has a timer.
+    if (rt->timers.next() != TimerHeap::kNever) {
       std::int64_t now = static_cast<std::int64_t>(os::monotonic_ns());
-      if (run_all_due_timers(rt, now)) continue;
-      // A deadline closer than a futex sleep can honour (the kernel wakes a thread
-      // ~10-20 µs late on this VM even with 1 ns slack, and the sleep and wake cost ~5 µs
-      // of syscalls): wait for it here, holding the P, as Go's spinning Ms do.
-      if (spin_until_timer(rt, p, now)) continue;
+      if (rt->timers.run_due(now)) continue;
+      if (idle_spin_short(rt, p, now)) continue;
     }
 
     // Nothing anywhere: give the P back. A safe point requested before we took the lock
     // is ours to run (the requester saw the P running); one after it finds the P idle.
     {
-      std::unique_lock<std::mutex> g(rt->lock);
+      base::Guard g(rt->lock);
       if (p->safepoint.load(std::memory_order_relaxed) == kSafepointAsked) {
         g.unlock();
         run_safepoint_slow(p);
@@ -555,7 +462,7 @@ Task* find_runnable(M* m) {
     if (work) {
       P* np = nullptr;
       {
-        std::lock_guard<std::mutex> g(rt->lock);
+        base::Guard g(rt->lock);
         np = pidleget(rt, m->lastp);
       }
       if (np) {
@@ -606,7 +513,7 @@ void mstart(M* m) {
   }
   schedule_loop(m);
   if (m->p) {
-    std::lock_guard<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     pidleput(rt, m->p);
     set_mp(m, nullptr);
   }

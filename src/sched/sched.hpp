@@ -39,19 +39,22 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "arch/context.hpp"
 #include "arch/sanitizer.hpp"
-#include "os/env.hpp"
+#include "base/lock.hpp"
 #include "os/stack.hpp"
 #include "os/topology.hpp"
+#include "sched/config.hpp"
 #include "sched/global_queue.hpp"
+#include "sched/idle.hpp"
 #include "sched/note.hpp"
+#include "sched/proc.hpp"
 #include "sched/runq.hpp"
+#include "sched/safepoint.hpp"
 #include "sched/task.hpp"
-#include "timer/bucket.hpp"
+#include "sched/timers.hpp"
 
 namespace corun::sched {
 
@@ -88,7 +91,7 @@ struct alignas(64) P {
   std::uint32_t nfree = 0;
   std::uint64_t next_id = 0, end_id = 0;  // task-id cache, refilled in batches
   std::uint64_t rng = 0;                  // for victim tie-breaking
-  // Owner-only: non-zero while check_timers_local runs this P's timers; counts the
+  // Owner-only: non-zero while run_own_timers runs this P's timers; counts the
   // wake-ups it deferred, plus one.
   std::uint32_t defer_wake = 0;
   std::uint32_t timer_countdown = 1;  // owner-only: direct switches to the next timer look
@@ -114,12 +117,12 @@ struct alignas(64) P {
   std::atomic<std::uint64_t> stat_steals{0};  // tasks this P stole
   std::atomic<std::uint64_t> stat_spawned{0};
 
-  // Timers armed by this P's tasks (CORUN_TIMERS=per-p). The timer layer locks and
-  // changes it; the scheduler reads its published `earliest` (timer/bucket.hpp).
-  timer::TimerBucket timers;
-  // Where this P's tasks arm timers: &timers, or &Runtime::global_timers in
+  // Timers armed by this P's tasks (CORUN_TIMERS=per-p), on the P's NUMA node with it.
+  // Its own lock guards it (sched/timers.hpp).
+  Timers own_timers;
+  // Where this P's tasks arm timers: &own_timers, or &Runtime::global_timers in
   // CORUN_TIMERS=global. Immutable after boot.
-  timer::TimerBucket* tb = nullptr;
+  Timers* timers = nullptr;
 
   // Safe-point request (safepoint.cpp): kSafepointNone, kSafepointAsked (stored with
   // release by request_safepoint), kSafepointRunning (CAS from asked, acq_rel, by whoever
@@ -129,6 +132,60 @@ struct alignas(64) P {
   std::atomic<std::uint8_t> safepoint{0};
 
   P* link = nullptr;  // idle list, guarded by Runtime::lock
+};
+
+struct Runtime {
+  Settings settings;
+  // Unique for every run() of the process (never reused, unlike the Runtime's address):
+  // lets layers above tell state from an earlier run from this one's. Immutable.
+  std::uint64_t run_id = 0;
+  os::TopologyPlan plan;
+  int nprocs = 0;
+  std::size_t stack_bytes = 0;
+  std::vector<P*> ps;
+  std::vector<std::unique_ptr<os::StackAllocator>> stacks;  // one per NUMA node in use
+
+  base::Lock<base::LockRank::sched> lock;     // Go's sched.lock
+  P* pidle CORUN_GUARDED_BY(lock) = nullptr;  // idle Ps, linked by P::link
+  M* midle CORUN_GUARDED_BY(lock) = nullptr;  // idle Ms, linked by M::link
+  std::vector<M*> allm CORUN_GUARDED_BY(lock);
+
+  // Updated under lock, read lock-free (seq_cst: see the spinning invariant above).
+  std::atomic<int> npidle{0};
+  std::atomic<int> nmspinning{0};
+
+  GlobalQueue runq;
+  std::atomic<std::uint64_t> id_gen{1};  // relaxed: uniqueness only
+
+  std::atomic<bool> stopping{false};       // set once at shutdown; acquire/release
+  std::atomic<int> refs{1};                // run() + detached Ms; the last one deletes
+  std::atomic<std::uint32_t> exit_seq{0};  // bumped when an M exits or blocks at shutdown
+
+  // sysmon
+  pthread_t sysmon_thread{};
+  bool sysmon_started = false;
+  Note sysmon_note;
+  // What sysmon is doing while asleep: kSysmonWatching (ticking on blocking() calls),
+  // kSysmonSlices (only running Ps: one look per time slice), kSysmonIdle (no deadline).
+  // seq_cst store by sysmon, relaxed loads after a fence by kickers (sysmon_kick).
+  std::atomic<std::uint32_t> sysmon_mode{0};
+  // Set (relaxed) by a thread whose stack release left an allocator over keep_hot;
+  // cleared by sysmon when it schedules a trim. A hint: sysmon re-checks under the lock.
+  std::atomic<bool> stack_surplus{false};
+
+  // main task completion
+  std::atomic<std::uint32_t> main_done{0};  // futex word run() sleeps on
+  std::exception_ptr main_error;            // written by the main task before main_done
+
+  std::unique_ptr<RunnextBackoff> backoff;
+  std::uint64_t start_ns = 0;
+
+  // Timers (sched/timers.hpp): every heap of the run (each P's, or in CORUN_TIMERS=global
+  // the one below), for the M loop. Immutable after boot.
+  TimerSet timers;
+  Timers global_timers;  // CORUN_TIMERS=global: the one heap every P arms in
+  // The idle wait (sched/idle.hpp): who waits for the earliest deadline, and until when.
+  IdleWait idle;
 };
 
 // What a task asks its M to do once it is off the task's stack.
@@ -163,70 +220,12 @@ struct M {
 
   // In blocking(): written by this M (seq_cst), read by shutdown to decide whom to detach.
   std::atomic<bool> in_blocking{false};
-  bool exited = false;    // set by the thread when it leaves its loop (under rt->lock)
-  bool detached = false;  // left in a blocking call at shutdown (under rt->lock)
-  M* link = nullptr;      // idle list, guarded by Runtime::lock
-  bool in_midle = false;  // in the idle list; guarded by Runtime::lock
-};
-
-struct Runtime {
-  os::Settings settings;
-  // Unique for every run() of the process (never reused, unlike the Runtime's address):
-  // lets layers above tell state from an earlier run from this one's. Immutable.
-  std::uint64_t run_id = 0;
-  os::TopologyPlan plan;
-  int nprocs = 0;
-  std::size_t stack_bytes = 0;
-  std::vector<P*> ps;
-  std::vector<std::unique_ptr<os::StackAllocator>> stacks;  // one per NUMA node in use
-
-  std::mutex lock;       // sched.lock (lock_order.hpp #2)
-  P* pidle = nullptr;    // guarded by lock
-  M* midle = nullptr;    // guarded by lock
-  std::vector<M*> allm;  // guarded by lock
-  int nmsys = 0;         // Ms inside blocking(), guarded by lock
-
-  // Updated under lock, read lock-free (seq_cst: see the spinning invariant above).
-  std::atomic<int> npidle{0};
-  std::atomic<int> nmspinning{0};
-
-  GlobalQueue runq;
-  std::atomic<std::uint64_t> id_gen{1};  // relaxed: uniqueness only
-
-  std::atomic<bool> stopping{false};       // set once at shutdown; acquire/release
-  std::atomic<int> refs{1};                // run() + detached Ms; the last one deletes
-  std::atomic<std::uint32_t> exit_seq{0};  // bumped when an M exits or blocks at shutdown
-
-  // sysmon
-  pthread_t sysmon_thread{};
-  bool sysmon_started = false;
-  Note sysmon_note;
-  // What sysmon is doing while asleep: kSysmonWatching (ticking on blocking() calls),
-  // kSysmonSlices (only running Ps: one look per time slice), kSysmonIdle (no deadline).
-  // seq_cst store by sysmon, relaxed loads after a fence by kickers (sysmon_kick).
-  std::atomic<std::uint32_t> sysmon_mode{0};
-  // Set (relaxed) by a thread whose stack release left an allocator over keep_hot;
-  // cleared by sysmon when it schedules a trim. A hint: sysmon re-checks under the lock.
-  std::atomic<bool> stack_surplus{false};
-
-  // main task completion
-  std::atomic<std::uint32_t> main_done{0};  // futex word run() sleeps on
-  std::exception_ptr main_error;            // written by the main task before main_done
-
-  std::unique_ptr<RunnextBackoff> backoff;
-  std::uint64_t start_ns = 0;
-
-  // Timers (sched/timers.cpp). CORUN_TIMERS=global: the one heap every P arms in.
-  timer::TimerBucket global_timers;
-  // The idle M that sleeps until the earliest timer deadline of all buckets (Go's
-  // netpoller sleeping in epoll with the timer timeout). At most one; it is not in midle.
-  // Written under lock; read lock-free by timer_armed() to wake it (acquire/release).
-  std::atomic<M*> watcher{nullptr};
-  // The deadline the watcher sleeps until: kWatchNone when no watcher sleeps (or it has
-  // already been woken), TimerHeap::kNever when it sleeps without a deadline. seq_cst:
-  // pairs with the buckets' `earliest` stores (timer/bucket.hpp).
-  std::atomic<std::int64_t> watch_until{kWatchNone};
-  static constexpr std::int64_t kWatchNone = INT64_MIN;
+  // Guarded by rt->lock (not annotated: the analysis cannot tell that the rt->lock a
+  // caller holds is this M's, m->rt->lock).
+  bool exited = false;    // the thread left its loop
+  bool detached = false;  // left in a blocking call at shutdown
+  M* link = nullptr;      // idle list
+  bool in_midle = false;  // in the idle list
 };
 
 // ---- the current thread -------------------------------------------------------------
@@ -236,16 +235,7 @@ struct Runtime {
 // optimiser for that reason.
 M* current_m() noexcept;
 void set_current_m(M* m) noexcept;
-// The P the calling thread holds, mirrored in thread-local storage for the pool's fast
-// path (two TLS loads instead of a call, the M and the P: the chain to a shard is three
-// loads long). Written only by the M's own thread, with m->p (set_mp), so it always
-// matches current_m()->p. Read it only where no context switch can happen between the
-// read and the last use (a task may resume on another thread).
-struct ProcTls {
-  int id = -1;               // m->p->id, -1 when the thread holds no P
-  std::uint64_t run_id = 0;  // m->p->run_id
-};
-extern constinit thread_local ProcTls tls_proc;
+// m->p, and its mirror for the layers above (proc.hpp tls_proc): the only way m->p changes.
 inline void set_mp(M* m, P* p) noexcept {
   m->p = p;
   tls_proc.id = p ? p->id : -1;
@@ -257,15 +247,14 @@ Runtime* current_runtime() noexcept;  // the running runtime, or nullptr
 void mstart(M* m);  // thread body of every M
 M* new_m(Runtime* rt, P* p, bool spinning);
 void wakep(Runtime* rt) noexcept;  // start a spinning M if useful
-// wakep after the owner of p queued a task on p, unless p is running timers on its way to
-// pick a task (check_timers_local): then the first readied task needs no other M.
+// wakep after the owner of p queued a task on p, unless p is running its own timers on
+// its way to pick a task (run_own_timers): then the first readied task needs no other M.
 void wakep_local(Runtime* rt, P* p) noexcept;
-bool check_timers_local(Runtime* rt, P* p) noexcept;  // check_timers, deferring wake-ups
 void startm(Runtime* rt, P* p, bool spinning);
 void handoffp(Runtime* rt, P* p);  // find an M for p, or idle it
-// Under rt->lock: an idle P, `pref` if it is idle; nullptr if none is.
-P* pidleget(Runtime* rt, P* pref = nullptr) noexcept;
-void pidleput(Runtime* rt, P* p) noexcept;  // under rt->lock
+// An idle P, `pref` if it is idle; nullptr if none is.
+P* pidleget(Runtime* rt, P* pref = nullptr) noexcept CORUN_REQUIRES(rt->lock);
+void pidleput(Runtime* rt, P* p) noexcept CORUN_REQUIRES(rt->lock);
 void acquirep(M* m, P* p) noexcept;
 void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept;  // owner of p only
 void ready(Task* t) noexcept;                       // make a waiting task runnable (any thread)
@@ -293,47 +282,16 @@ Task* task_from_closure(void* closure) noexcept;
 void task_cache_drain(P* p) noexcept;  // at shutdown
 Task* current_task() noexcept;         // nullptr outside a task
 
-std::unique_ptr<RunnextBackoff> make_backoff(const os::Backoff& b);  // backoff.cpp
+std::unique_ptr<RunnextBackoff> make_backoff(const Backoff& b);  // backoff.cpp
 
-// ---- timers (timers.cpp) -------------------------------------------------------------
-// The timer layer's side, registered by src/timer/timer.cpp at static initialisation
-// (the scheduler includes nothing above it): run every timer of bucket b due at now
-// (fires them outside the bucket's lock); unlink everything at runtime destruction.
-using RunTimersFn = void (*)(timer::TimerBucket* b, std::int64_t now) noexcept;
-using DrainTimersFn = void (*)(timer::TimerBucket* b) noexcept;
-void register_timer_hooks(RunTimersFn run, DrainTimersFn drain) noexcept;
-// The bucket a timer armed by the caller goes into: its P's, or for a thread without a
-// P (foreign thread, sysmon) one chosen by thread; *rt gets the runtime. nullptr when no
-// runtime runs.
-timer::TimerBucket* caller_bucket(Runtime** rt) noexcept;
-// A bucket's earliest deadline just became `when` (called after its lock is dropped):
-// wakes the watcher if it sleeps past it.
-void timer_armed(Runtime* rt, std::int64_t when) noexcept;
-// Runs p's own due timers if its earliest deadline has passed (one clock read when it
-// has timers, none when it has none). True if it ran the hook.
-bool check_timers(Runtime* rt, P* p) noexcept;
-// Runs the due timers of every bucket; true if any bucket was due.
-bool run_all_due_timers(Runtime* rt, std::int64_t now) noexcept;
-std::int64_t earliest_timer(Runtime* rt) noexcept;  // over all buckets; kNever if none
-bool any_timer_due(Runtime* rt) noexcept;           // some bucket's earliest has passed
-void drain_timers(Runtime* rt) noexcept;            // at destruction
+// ---- the P's own timers, from the M loop (sched.cpp) ---------------------------------
+// Runs p's due timers (one clock read if it has any), deferring the wake-ups of the tasks
+// they ready: the first one runs on this M next. True if it ran any. p's owner only.
+bool run_own_timers(Runtime* rt, P* p) noexcept;
 
-// ---- per-P safe points (safepoint.cpp) ---------------------------------------------
-// A higher layer that keeps per-P data only the P's owner touches (the pool's shards,
-// with plain loads and stores on its fast path) registers one hook; request_safepoint
-// then has it run once for every P at a point where no task runs on that P: the
-// caller's own P at once (the caller is a task between operations), idle Ps by the
-// caller while it holds them out of the idle list, running Ps by their owner at its next
-// trip through find_runnable (at least every 61st task pick) or before it idles them. A
-// P whose M sits in blocking() runs it when the P next schedules or is handed off. Only
-// a P that runs one task without ever parking delays its turn.
-using SafepointFn = void (*)(P* p) noexcept;
-void register_safepoint_hook(SafepointFn fn) noexcept;  // at static initialisation
-void request_safepoint(Runtime* rt) noexcept;           // from a task
+// ---- per-P safe points (safepoint.cpp; the contract for the layers above: safepoint.hpp)
 // The owner of p (or whoever holds p outside the idle list): runs the hook if requested.
 inline void run_safepoint(P* p) noexcept;
-bool safepoint_pending(Runtime* rt) noexcept;  // some P has not run the last request yet
-
 // ---- sysmon (sysmon.cpp) -------------------------------------------------------------
 void sysmon_start(Runtime* rt);
 void sysmon_stop(Runtime* rt);

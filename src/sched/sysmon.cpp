@@ -9,8 +9,8 @@
 // (Go's schedule); 10 ms while Ps only run tasks, and for the first second every P is
 // idle; then no deadline at all — entering blocking() (sysmon_kick) or a P starting
 // (acquirep) wakes it. An idle runtime therefore costs no wake-ups, a busy one 100 per
-// second. It also runs overdue timers when Ps run and no idle M watches them
-// (sched/timers.cpp), so a P stuck in one long task holds its timers back 10 ms at most.
+// second. It also runs overdue timers when Ps run and no M waits idle for them
+// (sched/timers.hpp), so a P stuck in one long task holds its timers back 10 ms at most.
 // Rejected: handing the P off at every blocking() entry (Go's entersyscallblock) — a
 // futex wake and a thread switch per call, even for calls that return in a microsecond.
 #include <cstdio>
@@ -95,7 +95,7 @@ int retake(Runtime* rt, std::uint64_t now, bool* watching, bool* running) {
 void print_schedtrace(Runtime* rt, std::uint64_t now) {
   int idlethreads = 0, threads = 0, inblocking = 0;
   {
-    std::lock_guard<std::mutex> g(rt->lock);
+    base::Guard g(rt->lock);
     threads = static_cast<int>(rt->allm.size());
     for (M* m = rt->midle; m; m = m->link) idlethreads++;
     for (M* m : rt->allm) inblocking += m->in_blocking.load(std::memory_order_relaxed) ? 1 : 0;
@@ -149,10 +149,8 @@ void* sysmon_main(void* arg) {
     } else if (++quiet > 50 && tick < kMaxTickNs) {
       tick *= 2;
     }
-    // Timers of Ps stuck in long tasks, or in blocking(), when no idle M watches them
-    // (sched/timers.cpp).
-    if (!rt->watcher.load(std::memory_order_relaxed))
-      run_all_due_timers(rt, static_cast<std::int64_t>(now));
+    // Timers of Ps stuck in long tasks, or in blocking(), when no M waits idle for them.
+    if (!idle_has_waiter(rt)) rt->timers.run_due(static_cast<std::int64_t>(now));
     idle_rounds = running ? 0 : idle_rounds + 1;
     if (!watching) {
       // No blocking() call to watch. With Ps running, look again in one time slice;

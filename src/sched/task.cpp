@@ -14,8 +14,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "base/check.hpp"
 #include "os/thread.hpp"
-#include "sched/check.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -172,8 +172,8 @@ void check_left_stack(M* m, Task* t, bool exiting) noexcept {
 // relaxed load per switch when the P has no timer.
 constexpr std::uint32_t kTimerCheckEvery = 8;
 bool timer_due_check(P* p) noexcept {
-  std::int64_t e = p->tb->earliest.load(std::memory_order_relaxed);
-  if (e == timer::TimerHeap::kNever || --p->timer_countdown != 0) return false;
+  std::int64_t e = p->timers->next();
+  if (e == TimerHeap::kNever || --p->timer_countdown != 0) return false;
   p->timer_countdown = kTimerCheckEvery;
   return static_cast<std::int64_t>(os::monotonic_ns()) >= e;
 }

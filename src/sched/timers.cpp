@@ -1,138 +1,235 @@
-// sched/timers.cpp — the scheduler's side of timers: which heap a timer goes into, when
-// due timers run, and waking the idle thread that sleeps until the earliest deadline.
+// sched/timers.cpp — the P's timers (contract and invariants in timers.hpp): arming,
+// disarming and moving nodes, running due ones, and parking a sleeping task on one.
 //
-// Who runs a due timer (Go's checkTimers/stealWork/findRunnable):
-//   1. its own P, at every trip through find_runnable (one clock read when the P has
-//      timers; direct task-to-task switches go through find_runnable every 61st pick,
-//      so a P busy handing values around still looks at least that often);
-//   2. an M about to idle its P, and every P at its 61st schedule (with the global
-//      queue), for every P's bucket: the timers of a P stuck in one long task (Go's
-//      TestAfterFuncStarvation);
-//   3. the watcher: the one idle M that sleeps (absolute futex wait, sched.cpp) until
-//      the earliest deadline of all buckets; it takes an idle P to run them, or runs
-//      them without one when every P is busy (ready() then goes through the global
-//      queue);
-//   4. sysmon, when Ps run but no M watches (sysmon.cpp), every 10 ms at worst.
-// Firing never needs a P: ready(), go() and a non-blocking channel send all work from a
-// thread without one.
-//
-// Arming a timer earlier than what the watcher sleeps until wakes it (timer_armed): the
-// bucket's `earliest` store and the watcher's `watch_until` store are seq_cst, and each
-// side loads the other's after its own store, so either the watcher's scan sees the new
-// timer or the armer sees the old deadline and wakes it (store-buffering pattern).
-// Rejected: every idle M sleeping until the earliest deadline (all of them would wake
-// for one timer: a thundering herd on 128 cores); a dedicated timer thread (Go before
-// 1.14: one more thread hop, i.e. one more wake-up's latency, before the task runs).
-// What changes on 2 sockets × 64 cores: earliest_timer() reads one cache line per P on
-// every watcher pass; a per-node summary of the earliest deadlines would bound that.
+// run() pops due nodes under the lock, at most kBatch per hold (a P arming timers is never
+// held off for long), then fires them with no lock held: firing creates tasks and takes
+// channel locks, which must not nest inside a heap lock every other P's stop/reset needs.
+// A node reset to a later deadline keeps its place and key (TimerHeap::update_lazy); run()
+// settles it when its stale key comes due. A periodic node is moved to the next deadline
+// after `now` (missed ticks skipped, as Go's) and fired as it stays armed.
+// Rejected: firing under the lock (above); Go's adjusttimers pass (it exists for Go's
+// lock-free status machine; here stop/reset edit the heap in place under the lock).
+#include "sched/timers.hpp"
+
 #include <pthread.h>
 
+#include <vector>
+
+#include "base/check.hpp"
+#include "base/probes.hpp"
 #include "os/thread.hpp"
+#include "sched/idle.hpp"
+#include "sched/park.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
 
 namespace {
-// Set once at static initialisation by the timer layer; nullptr when it is not linked
-// (then no timer can exist). Plain pointers: written before main, read after.
-RunTimersFn g_run = nullptr;
-DrainTimersFn g_drain = nullptr;
 
 std::int64_t now_ns() noexcept {
   return static_cast<std::int64_t>(os::monotonic_ns());
 }
+
+constexpr int kBatch = 64;
+
 }  // namespace
 
-void register_timer_hooks(RunTimersFn run, DrainTimersFn drain) noexcept {
-  g_run = run;
-  g_drain = drain;
-}
-
-timer::TimerBucket* caller_bucket(Runtime** out) noexcept {
+Timers* Timers::of_caller() noexcept {
   M* m = current_m();
   Runtime* rt = m ? m->rt : current_runtime();
-  *out = rt;
   if (!rt) return nullptr;
-  if (m && m->p) return m->p->tb;
+  if (m && m->p) return m->p->timers;
   // A thread without a P: spread such threads over the Ps by thread identity, so a
   // foreign thread arming many timers does not pile them into P0's heap.
   auto h = static_cast<std::size_t>(pthread_self()) * 0x9e3779b97f4a7c15ull;
-  return rt->ps[(h >> 32) % rt->ps.size()]->tb;
+  return rt->ps[(h >> 32) % rt->ps.size()]->timers;
 }
 
-void timer_armed(Runtime* rt, std::int64_t when) noexcept {
-  // seq_cst load: after our seq_cst store of the bucket's earliest (see the header).
-  std::int64_t w = rt->watch_until.load(std::memory_order_seq_cst);
-  if (w == Runtime::kWatchNone) {
-    // No watcher asleep. If none exists at all while a P idles and the armer holds no
-    // running P (a foreign thread, or a task in blocking()), start an M: it finds
-    // nothing to run, idles, and becomes the watcher. An armer on a running P needs
-    // none: its P runs its own timers, and becomes the watcher's if it idles.
-    M* m = current_m();
-    if ((!m || !m->p) && !rt->watcher.load(std::memory_order_acquire) &&
-        rt->npidle.load(std::memory_order_relaxed) > 0)
-      wakep(rt);
-    return;
-  }
-  while (when < w) {
-    if (rt->watch_until.compare_exchange_weak(w, Runtime::kWatchNone, std::memory_order_seq_cst)) {
-      // acquire: the M record is fully set up (it is never freed before the runtime).
-      if (M* m = rt->watcher.load(std::memory_order_acquire)) m->park.wakeup();
-      return;
-    }
-  }
+bool Timers::publish() noexcept {
+  // Debug builds walk small heaps after every change (Go's verifyTimerHeap).
+  CORUN_DCHECK(heap_.size() > 4096 || heap_.verify(), "timer heap %p out of order",
+               static_cast<void*>(this));
+  std::int64_t e = heap_.earliest();
+  std::int64_t old = earliest_.load(std::memory_order_relaxed);
+  if (e == old) return false;
+  earliest_.store(e, std::memory_order_seq_cst);  // seq_cst: idle_wake's pair
+  return e < old;
 }
 
-bool check_timers(Runtime* rt, P* p) noexcept {
-  (void)rt;
-  std::int64_t e = p->tb->earliest.load(std::memory_order_relaxed);
-  if (e == timer::TimerHeap::kNever) return false;
-  std::int64_t now = now_ns();
-  if (now < e) return false;
-  g_run(p->tb, now);
+Timers* Timers::lock_owner(const TimerNode* t) noexcept {
+  Timers* b = t->owner.load(std::memory_order_acquire);
+  if (!b) return nullptr;
+  b->lock_.lock();
+  if (t->owner.load(std::memory_order_relaxed) == b) return b;
+  b->lock_.unlock();  // taken out for firing meanwhile
+  return nullptr;
+}
+
+void Timers::add(TimerNode* t, std::int64_t when) {
+  bool earlier;
+  {
+    base::Guard g(lock_);
+    t->when = when;
+    heap_.push(t);  // may throw: t stays inactive, the guard drops the lock
+    t->owner.store(this, std::memory_order_release);
+    earlier = publish();
+  }
+  if (earlier) idle_wake(rt, when);
+}
+
+bool Timers::remove(TimerNode* t) noexcept {
+  Timers* b = lock_owner(t);
+  if (!b) return false;
+  b->lock_.assert_held();
+  b->heap_.remove(t);
+  // release: an arming side that sees nullptr (acquire) may add t to another heap without
+  // this lock; its writes to when/index come after ours.
+  t->owner.store(nullptr, std::memory_order_release);
+  b->publish();
+  b->lock_.unlock();
   return true;
 }
 
-bool run_all_due_timers(Runtime* rt, std::int64_t now) noexcept {
-  bool any = false;
-  if (rt->settings.timers == os::TimerMode::global) {
-    if (rt->global_timers.earliest.load(std::memory_order_relaxed) <= now) {
-      g_run(&rt->global_timers, now);
-      any = true;
+bool Timers::modify(TimerNode* t, std::int64_t when, std::int64_t period) noexcept {
+  Timers* b = lock_owner(t);
+  if (!b) return false;
+  b->lock_.assert_held();
+  if (period > 0) t->period = period;  // the firer reads it under this lock
+  b->heap_.update_lazy(t, when);       // pushed back: O(1), settled when its key comes due
+  bool earlier = b->publish();
+  b->lock_.unlock();
+  if (earlier) idle_wake(b->rt, when);
+  return true;
+}
+
+bool Timers::check(std::int64_t now) noexcept {
+  std::int64_t e = earliest_.load(std::memory_order_relaxed);
+  if (e == TimerHeap::kNever) return false;
+  if (now == 0) now = now_ns();
+  if (now < e) return false;
+  run(now);
+  return true;
+}
+
+void Timers::run(std::int64_t now) noexcept {
+  for (;;) {
+    TimerNode* due[kBatch];
+    int n = 0;
+    std::int64_t first_when = 0;  // for the timer_fire probe
+    {
+      base::Guard g(lock_);
+      while (n < kBatch) {
+        if (heap_.earliest() > now) break;
+        if (heap_.settle_top()) continue;  // pushed back by a reset: not due after all
+        auto* t = static_cast<TimerNode*>(heap_.top());
+        if (n == 0) first_when = t->when;
+        if (t->period > 0) {
+          // The next deadline after now (missed ones are skipped, as Go's).
+          std::int64_t steps = 1 + (now - t->when) / t->period, next = 0;
+          if (__builtin_mul_overflow(steps, t->period, &next) ||
+              __builtin_add_overflow(next, t->when, &next))
+            next = TimerHeap::kNever;  // beyond the clock's range: no more firings
+          heap_.update(t, next);
+          t->hold();
+        } else {
+          heap_.remove(t);
+          // release: see remove().
+          t->owner.store(nullptr, std::memory_order_release);
+        }
+        due[n++] = t;
+      }
+      publish();
     }
-    return any;
+    if (n) CORUN_PROBE2(timer_fire, n, now - first_when);
+    for (int i = 0; i < n; i++) due[i]->fire(now);
+    if (n < kBatch) return;
   }
-  for (P* p : rt->ps) {
-    if (p->timers.earliest.load(std::memory_order_relaxed) <= now) {
-      g_run(&p->timers, now);
+}
+
+void Timers::drain() noexcept {
+  std::vector<TimerNode*> nodes;
+  {
+    base::Guard g(lock_);
+    while (HeapNode* top = heap_.pop()) {
+      auto* t = static_cast<TimerNode*>(top);
+      t->owner.store(nullptr, std::memory_order_release);
+      nodes.push_back(t);
+    }
+    earliest_.store(TimerHeap::kNever, std::memory_order_seq_cst);
+  }
+  for (TimerNode* t : nodes) t->abandon();  // may run captured destructors: no lock held
+}
+
+namespace {
+struct SleepCommit {
+  Timers* b;
+  std::int64_t when;
+  bool earlier;
+};
+}  // namespace
+
+// The park commit of sleep_until: drops the heap's lock once the task is off its stack.
+void Timers::sleep_commit(void* arg) noexcept CORUN_NO_TSA {
+  // Copy first: once the lock is dropped the task may be readied, run, and return,
+  // taking this frame with it.
+  SleepCommit c = *static_cast<SleepCommit*>(arg);
+  c.b->lock_.unlock();
+  if (c.earlier) idle_wake(c.b->rt, c.when);
+}
+
+// The lock is taken here and dropped by sleep_commit after the switch: beyond the
+// analysis, hence CORUN_NO_TSA.
+bool sleep_until(TimerNode* t, std::int64_t when) CORUN_NO_TSA {
+  if (!can_park()) return false;
+  Timers* b = Timers::of_caller();
+  b->lock_.lock();
+  t->when = when;
+  try {
+    b->heap_.push(t);
+  } catch (...) {  // std::bad_alloc: the heap cannot grow; nothing armed
+    b->lock_.unlock();
+    throw;
+  }
+  t->owner.store(b, std::memory_order_relaxed);  // nobody else arms or stops it
+  std::int64_t old = b->earliest_.load(std::memory_order_relaxed);
+  bool earlier = when < old;
+  if (earlier) b->earliest_.store(when, std::memory_order_seq_cst);  // idle_wake's pair
+  SleepCommit c{b, when, earlier};
+  park(Timers::sleep_commit, &c);
+  return true;
+}
+
+// ---- TimerSet ---------------------------------------------------------------------------
+
+std::int64_t TimerSet::next() const noexcept {
+  std::int64_t e = TimerHeap::kNever;
+  for (const Timers* t : heaps_) {
+    std::int64_t w = t->next(std::memory_order_seq_cst);
+    if (w < e) e = w;
+  }
+  return e;
+}
+
+bool TimerSet::run_due(std::int64_t now) noexcept {
+  if (now == 0) {
+    // One clock read, only if some heap has a timer at all.
+    std::int64_t e = next();
+    if (e == TimerHeap::kNever) return false;
+    now = now_ns();
+    if (e > now) return false;
+  }
+  bool any = false;
+  for (Timers* t : heaps_) {
+    if (t->next() <= now) {
+      t->run(now);
       any = true;
     }
   }
   return any;
 }
 
-bool any_timer_due(Runtime* rt) noexcept {
-  // One clock read, only if some P has a timer at all.
-  std::int64_t e = earliest_timer(rt);
-  return e != timer::TimerHeap::kNever && e <= now_ns();
-}
-
-std::int64_t earliest_timer(Runtime* rt) noexcept {
-  // seq_cst loads: the watcher's half of the store-buffering pair (see the header).
-  if (rt->settings.timers == os::TimerMode::global)
-    return rt->global_timers.earliest.load(std::memory_order_seq_cst);
-  std::int64_t e = timer::TimerHeap::kNever;
-  for (P* p : rt->ps) {
-    std::int64_t w = p->timers.earliest.load(std::memory_order_seq_cst);
-    if (w < e) e = w;
-  }
-  return e;
-}
-
-void drain_timers(Runtime* rt) noexcept {
-  if (!g_drain) return;
-  g_drain(&rt->global_timers);
-  for (P* p : rt->ps) g_drain(&p->timers);
+void TimerSet::drain() noexcept {
+  for (Timers* t : heaps_) t->drain();
 }
 
 }  // namespace corun::sched

@@ -15,10 +15,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/probes.hpp"
 #include "os/futex.hpp"
 #include "os/thread.hpp"
 #include "sched/park.hpp"
-#include "sched/probes.hpp"
 #include "sync/chan_core.hpp"
 #include "sync/waiter.hpp"
 
@@ -81,24 +81,27 @@ std::uint64_t chan_rand_seed() noexcept {
 
 namespace {
 
-void unlock_commit(void* arg) {
-  chan_unlock(static_cast<ChanCore*>(arg));
+// The park commit: drops the lock the parked task took (beyond the analysis).
+void unlock_commit(void* arg) CORUN_NO_TSA {
+  static_cast<ChanCore*>(arg)->lock.unlock();
 }
 
-// Waits for w, queued by the caller on one of c's queues (lock held; released here).
-void wait_queued(ChanCore* c, ChanWaiter& w) noexcept {
+// Waits for w, queued by the caller on one of c's queues (lock held; released here, for
+// a task by the park commit: beyond the analysis).
+void wait_queued(ChanCore* c, ChanWaiter& w) noexcept CORUN_RELEASE(c->lock) CORUN_NO_TSA {
   if (w.task) {
     sched::park(unlock_commit, c);
     return;
   }
-  chan_unlock(c);
+  c->lock.unlock();
   sleep_until_woken(&w.woken);
 }
 
 // Queues a waiter for the calling task or thread on q (c locked; unlocked here) and waits;
 // returns its `success` (false: woken by close). Out of line, so that the fast paths need
 // no frame for a waiter.
-[[gnu::noinline]] bool wait_on(ChanCore* c, WaitQueue& q, void* elem, int is_send) {
+[[gnu::noinline]] bool wait_on(ChanCore* c, WaitQueue& q, void* elem, int is_send)
+    CORUN_RELEASE(c->lock) {
   CORUN_PROBE2(chan_block, c, is_send);
   ChanWaiter w;
   w.task = sched::current_task();
@@ -110,8 +113,8 @@ void wait_queued(ChanCore* c, ChanWaiter& w) noexcept {
 
 // Ends a step that moved something or found the channel closed: drops the lock, then
 // wakes the peer the step took.
-inline void finish_step(ChanCore* c, ChanWaiter* wake) noexcept {
-  chan_unlock(c);
+inline void finish_step(ChanCore* c, ChanWaiter* wake) noexcept CORUN_RELEASE(c->lock) {
+  c->lock.unlock();
   if (wake) chan_wake(wake);
 }
 
@@ -154,7 +157,9 @@ ChanHeader* chan_make(std::size_t capacity, const ElemOps* ops) {
   return c;
 }
 
-void chan_destroy(ChanHeader* h) noexcept {
+// The last handle is gone: nobody else can reach c, so its fields need no lock (beyond
+// the analysis).
+void chan_destroy(ChanHeader* h) noexcept CORUN_NO_TSA {
   ChanCore* c = core(h);
   std::size_t n = c->count.load(std::memory_order_relaxed);
   for (std::size_t i = 0, x = c->recvx; i < n; i++) {
@@ -191,7 +196,7 @@ bool empty_hint(const ChanCore* c) noexcept {
 void chan_send(ChanHeader* h, void* src) {
   if (!h) block_forever();
   ChanCore* c = core(h);
-  chan_lock(c);
+  c->lock.lock();
   ChanWaiter* wake;
   Step st = send_step(c, src, &wake);
   if (st == Step::blocked) {
@@ -212,11 +217,11 @@ bool chan_try_send(ChanHeader* h, void* src) {
     polled_nothing();
     return false;
   }
-  chan_lock(c);
+  c->lock.lock();
   ChanWaiter* wake;
   Step st = send_step(c, src, &wake);
   if (st == Step::blocked) {
-    chan_unlock(c);
+    c->lock.unlock();
     polled_nothing();
     return false;
   }
@@ -228,7 +233,7 @@ bool chan_try_send(ChanHeader* h, void* src) {
 bool chan_recv(ChanHeader* h, void* dst) {
   if (!h) block_forever();
   ChanCore* c = core(h);
-  chan_lock(c);
+  c->lock.lock();
   ChanWaiter* wake;
   Step st = recv_step(c, dst, &wake);
   if (st == Step::blocked) return wait_on(c, c->recvq, dst, 0);
@@ -247,14 +252,14 @@ int chan_poll_recv(ChanHeader* h, void* dst) {
       return 0;  // closed and drained
   }
   if (worth_locking) {
-    chan_lock(c);
+    c->lock.lock();
     ChanWaiter* wake;
     Step st = recv_step(c, dst, &wake);
     if (st != Step::blocked) {
       finish_step(c, wake);
       return st == Step::done ? 1 : 0;
     }
-    chan_unlock(c);
+    c->lock.unlock();
   }
   polled_nothing();
   return -1;
@@ -267,9 +272,9 @@ bool chan_try_recv(ChanHeader* h, void* dst) {
 void chan_close(ChanHeader* h) {
   if (!h) throw std::logic_error("corun: close of nil channel");
   ChanCore* c = core(h);
-  chan_lock(c);
+  c->lock.lock();
   if (c->closed.load(std::memory_order_relaxed)) {
-    chan_unlock(c);
+    c->lock.unlock();
     throw closed_channel("corun: close of closed channel");
   }
   c->closed.store(true, std::memory_order_release);
@@ -285,7 +290,7 @@ void chan_close(ChanHeader* h) {
       woken++;
     }
   }
-  chan_unlock(c);
+  c->lock.unlock();
   CORUN_PROBE2(chan_close, c, woken);
   while (wake) {
     ChanWaiter* nx = wake->next;  // read before the wake: the node may vanish

@@ -27,7 +27,7 @@
 
 #include <corun/chan.hpp>
 
-#include "arch/spinlock.hpp"
+#include "base/lock.hpp"
 
 namespace corun::sched {
 struct Task;
@@ -78,16 +78,16 @@ struct WaitQueue {
 };
 
 struct alignas(64) ChanCore : ChanHeader {
-  std::atomic<std::uint32_t> lock{0};  // spin lock, see above; acquire/release
+  base::Lock<base::LockRank::chan> lock;  // see above
   // count and closed change only under lock; atomics so try_* can read them without it
   // (acquire: see chan.cpp's header comment).
   std::atomic<std::size_t> count{0};
   std::atomic<bool> closed{false};
-  std::size_t cap = 0;    // immutable
-  std::size_t esize = 0;  // immutable: ops->size
-  bool trivial = false;   // immutable: ops->trivial
-  std::size_t recvx = 0;  // ring index of the oldest value; under lock
-  std::size_t sendx = 0;  // ring index of the next free slot; under lock
+  std::size_t cap = 0;                           // immutable
+  std::size_t esize = 0;                         // immutable: ops->size
+  bool trivial = false;                          // immutable: ops->trivial
+  std::size_t recvx CORUN_GUARDED_BY(lock) = 0;  // ring index of the oldest value
+  std::size_t sendx CORUN_GUARDED_BY(lock) = 0;  // ring index of the next free slot
   const ElemOps* ops = nullptr;
   unsigned char* buf = nullptr;  // cap slots of ops->size bytes, right after the core
   WaitQueue recvq;
@@ -100,12 +100,6 @@ inline ChanCore* core(ChanHeader* h) noexcept {
   return static_cast<ChanCore*>(h);
 }
 
-inline void chan_lock(ChanCore* c) noexcept {
-  spin_lock(c->lock);
-}
-inline void chan_unlock(ChanCore* c) noexcept {
-  spin_unlock(c->lock);
-}
 void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
 
 // Moving values: memcpy of a known size for trivial types (no indirect call, no jump
@@ -135,7 +129,8 @@ void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
 }
 // Receive from waiter s (dequeued from sendq; the buffer is full, or cap == 0).
 [[gnu::always_inline]] inline void chan_recv_from_waiter(ChanCore* c, ChanWaiter* s,
-                                                         void* dst) noexcept {
+                                                         void* dst) noexcept
+    CORUN_REQUIRES(c->lock) {
   if (c->cap == 0) {
     elem_move(c, dst, s->elem);
   } else {
@@ -150,13 +145,14 @@ void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
   }
   s->success = true;
 }
-[[gnu::always_inline]] inline void chan_buffer_put(ChanCore* c,
-                                                   void* src) noexcept {  // count < cap
+[[gnu::always_inline]] inline void chan_buffer_put(ChanCore* c, void* src) noexcept
+    CORUN_REQUIRES(c->lock) {  // count < cap
   elem_move(c, c->slot(c->sendx), src);
   if (++c->sendx == c->cap) c->sendx = 0;
   c->count.store(c->count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
-[[gnu::always_inline]] inline void chan_buffer_take(ChanCore* c, void* dst) noexcept {  // count > 0
+[[gnu::always_inline]] inline void chan_buffer_take(ChanCore* c, void* dst) noexcept
+    CORUN_REQUIRES(c->lock) {  // count > 0
   void* sl = c->slot(c->recvx);
   elem_move(c, dst, sl);
   elem_destroy(c, sl);
@@ -171,7 +167,8 @@ void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
 // waiter to wake once the lock is dropped, or nullptr.
 enum class Step : std::uint8_t { blocked, done, closed };
 
-[[gnu::always_inline]] inline Step send_step(ChanCore* c, void* src, ChanWaiter** wake) noexcept {
+[[gnu::always_inline]] inline Step send_step(ChanCore* c, void* src, ChanWaiter** wake) noexcept
+    CORUN_REQUIRES(c->lock) {
   *wake = nullptr;
   if (c->closed.load(std::memory_order_relaxed)) return Step::closed;
   if ((*wake = c->recvq.dequeue())) {
@@ -185,7 +182,8 @@ enum class Step : std::uint8_t { blocked, done, closed };
   return Step::blocked;
 }
 
-[[gnu::always_inline]] inline Step recv_step(ChanCore* c, void* dst, ChanWaiter** wake) noexcept {
+[[gnu::always_inline]] inline Step recv_step(ChanCore* c, void* dst, ChanWaiter** wake) noexcept
+    CORUN_REQUIRES(c->lock) {
   *wake = nullptr;
   if ((*wake = c->sendq.dequeue())) {
     chan_recv_from_waiter(c, *wake, dst);

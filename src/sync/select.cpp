@@ -24,8 +24,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "base/probes.hpp"
 #include "sched/park.hpp"
-#include "sched/probes.hpp"
 #include "sync/chan_core.hpp"
 #include "sync/waiter.hpp"
 
@@ -39,11 +39,12 @@ struct LockSet {
   std::size_t m;               // number of entries in order
 };
 
-[[gnu::always_inline]] inline void lock_all(const LockSet& ls) noexcept {
+// A run-time set of locks: beyond the analysis, which sees each step assert its lock.
+[[gnu::always_inline]] inline void lock_all(const LockSet& ls) noexcept CORUN_NO_TSA {
   ChanHeader* prev = nullptr;
   for (std::size_t k = 0; k < ls.m; k++) {
     ChanHeader* c = ls.cases[ls.order[k]].c;
-    if (c != prev) chan_lock(core(c));
+    if (c != prev) core(c)->lock.lock();
     prev = c;
   }
 }
@@ -51,11 +52,11 @@ struct LockSet {
 // Unlocks in reverse lock order. Each channel is unlocked at its lowest position in the
 // order, and the next entry is read before that unlock: the final unlock (of the lowest
 // channel, which a resumed task locks first) is the last access to ls's arrays.
-[[gnu::always_inline]] inline void unlock_all(const LockSet& ls) noexcept {
+[[gnu::always_inline]] inline void unlock_all(const LockSet& ls) noexcept CORUN_NO_TSA {
   ChanHeader* c = ls.cases[ls.order[ls.m - 1]].c;
   for (std::size_t k = ls.m; k-- > 0;) {
     ChanHeader* below = k > 0 ? ls.cases[ls.order[k - 1]].c : nullptr;
-    if (below != c) chan_unlock(core(c));
+    if (below != c) core(c)->lock.unlock();
     c = below;
   }
 }
@@ -116,6 +117,7 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
   for (std::size_t k = 0; k < m; k++) {
     std::size_t i = poll[k];
     ChanCore* c = core(cs[i].c);
+    c->lock.assert_held();  // lock_all took it
     ChanWaiter* wake;
     Step st = cs[i].send ? send_step(c, cs[i].elem, &wake) : recv_step(c, cs[i].elem, &wake);
     if (st == Step::blocked) continue;

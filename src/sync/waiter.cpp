@@ -1,19 +1,10 @@
 // sync/waiter.cpp — see waiter.hpp.
 #include "sync/waiter.hpp"
 
-#include "arch/spinlock.hpp"
 #include "os/futex.hpp"
 #include "sched/park.hpp"
 
 namespace corun::detail {
-
-void waitlist_lock(WaitList& l) noexcept {
-  spin_lock(l.lock);
-}
-
-void waitlist_unlock(WaitList& l) noexcept {
-  spin_unlock(l.lock);
-}
 
 void waitlist_push(WaitList& l, Waiter* w) noexcept {
   w->next = nullptr;

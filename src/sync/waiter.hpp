@@ -1,10 +1,12 @@
-// sync/waiter.hpp — wait-list nodes for WaitGroup and Mutex (and later channels).
+// sync/waiter.hpp — wait lists of WaitGroup and Mutex, and the one way any corun wait ends.
 //
 // A Waiter lives on the waiting task's (or foreign thread's) stack for the duration of
 // the wait, linked into a WaitList (include/corun/sync.hpp) whose tiny spin lock guards
 // the links. A task parks through sched::park; a foreign thread sleeps on the waiter's
 // futex word. The waker reads everything it needs from the node before waking: once
-// woken, the waiter returns and its node is gone.
+// woken, the waiter returns and its node is gone. Channels queue their own waiter type
+// (sync/chan_core.hpp: a select waits on several queues) but end a wait the same way
+// (wake_task_or_thread).
 // Rejected: std::mutex for the list — it can block the M's thread inside a task, which
 // stalls the whole P; the spin lock is held for a handful of instructions.
 #pragma once
@@ -13,6 +15,8 @@
 #include <cstdint>
 
 #include <corun/sync.hpp>
+
+#include "base/lock.hpp"
 
 namespace corun::sched {
 struct Task;
@@ -26,8 +30,14 @@ struct Waiter {
   Waiter* next = nullptr;               // guarded by the list's lock
 };
 
-void waitlist_lock(WaitList& l) noexcept;
-void waitlist_unlock(WaitList& l) noexcept;
+// The list's lock: base's spin lock, rank waitlist, on the word the public WaitList holds
+// (include/corun/ cannot see src/base, so the word is not a base::Lock).
+inline void waitlist_lock(WaitList& l) noexcept {
+  base::lock_word<base::LockRank::waitlist>(l.lock);
+}
+inline void waitlist_unlock(WaitList& l) noexcept {
+  base::unlock_word<base::LockRank::waitlist>(l.lock);
+}
 void waitlist_push(WaitList& l, Waiter* w) noexcept;  // lock held
 Waiter* waitlist_pop(WaitList& l) noexcept;           // lock held; nullptr if empty
 Waiter* waitlist_take_all(WaitList& l) noexcept;      // lock held; FIFO chain via next

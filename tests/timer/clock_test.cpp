@@ -34,7 +34,7 @@ TEST_SUITE("timer.clock") {
 
   TEST_CASE("deadline_after saturates and clamps") {
     auto t0 = static_cast<std::int64_t>(corun::os::monotonic_ns());
-    CHECK(corun::detail::deadline_after(corun::Duration::max()) == corun::timer::TimerHeap::kNever);
+    CHECK(corun::detail::deadline_after(corun::Duration::max()) == corun::sched::TimerHeap::kNever);
     CHECK(corun::detail::deadline_after(corun::Duration::min()) >= t0);
     CHECK(corun::detail::deadline_after(corun::Duration(-1)) >= t0);
     CHECK(corun::detail::deadline_after(std::chrono::seconds(1)) >= t0 + 1'000'000'000);

@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "timer/heap.hpp"
+#include "sched/timer_heap.hpp"
 
 namespace {
-using corun::timer::TimerHeap;
-using corun::timer::TimerNode;
+using corun::sched::TimerHeap;
+using TimerNode = corun::sched::HeapNode;
 }  // namespace
 
 TEST_SUITE("timer.heap") {

@@ -1,4 +1,4 @@
-// os/env.cpp — parsing and validating the CORUN_* variables (contract in os/env.hpp).
+// sched/config.cpp — parsing and validating the CORUN_* variables (contract: config.hpp).
 //
 // Structure: kVars is the one table. Each row is the documentation (VarDoc) and the
 // function that parses a non-empty value into Settings; known_variables() is derived from
@@ -7,7 +7,7 @@
 //
 // Rejected: a std::map<name, parser> (loses the documented order, which is also the
 // deterministic error order); regex validation (slow to compile, obscures the ranges).
-#include "os/env.hpp"
+#include "sched/config.hpp"
 
 #include <unistd.h>  // environ (declared under _GNU_SOURCE, which g++/clang++ define)
 
@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <string_view>
 
-namespace corun::os {
+namespace corun::sched {
 namespace {
 
 constexpr std::string_view kPrefix = "CORUN_";
@@ -184,7 +184,7 @@ const Var kVars[] = {
       "usleep:US (Go's old 100 / new 3), yield"},
      parse_backoff},
     {{"CORUN_TIMERS", "per-p", "per-p or global",
-      "per-p: a timer heap per P; global: one heap, one lock (the seed's \"old\")"},
+      "per-p: a timer heap per P; global: one heap, one lock (Go before CL 34784)"},
      [](Settings& s, const VarDoc& d, std::string_view v) {
        s.timers = word(d, v, "per-p", "global") ? TimerMode::per_p : TimerMode::global;
      }},
@@ -199,7 +199,7 @@ const Var kVars[] = {
        s.timer_spin_ns = number(d, v, 0, 10000000);
      }},
     {{"CORUN_POOL", "sharded", "sharded or global",
-      "sharded: per-P pool caches; global: one mutex-protected list (the seed's \"old\")"},
+      "sharded: per-P pool caches; global: one lock-protected list (Go before CL 46010043)"},
      [](Settings& s, const VarDoc& d, std::string_view v) {
        s.pool = word(d, v, "sharded", "global") ? PoolMode::sharded : PoolMode::global;
      }},
@@ -346,4 +346,4 @@ std::string describe(const Settings& s) {
   return out;
 }
 
-}  // namespace corun::os
+}  // namespace corun::sched

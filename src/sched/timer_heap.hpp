@@ -1,10 +1,9 @@
-// timer/heap.hpp — a 4-ary min-heap of timers keyed by deadline (Go's per-P timer heap).
+// sched/timer_heap.hpp — a 4-ary min-heap of timers keyed by deadline (Go's per-P timer heap).
 //
-// A plain data structure: it knows nothing of the scheduler, so a P (sched layer) can hold
-// one by value and the timer layer can operate on it (DESIGN.md "Layers"). Each timer
-// embeds a TimerNode that remembers its own index in the heap, so stop and reset are
-// O(log n) — no search. Whoever owns the heap provides the locking: every member function
-// requires the owner's lock (per-P timer lock, or the global one in CORUN_TIMERS=global).
+// A plain data structure under the P's timers (sched/timers.hpp, which owns it and its
+// lock): it knows nothing of locks, Ps or firing. Each timer embeds a HeapNode that
+// remembers its own index in the heap, so stop and reset are O(log n) — no search. Every
+// member function requires the owner's lock (Timers::lock_).
 //
 // The array holds (when, node) pairs: a sift compares the four children's deadlines in
 // one 64-byte line instead of chasing four node pointers (with 400k timers per P the
@@ -27,9 +26,9 @@
 #include <limits>
 #include <vector>
 
-namespace corun::timer {
+namespace corun::sched {
 
-struct TimerNode {
+struct HeapNode {
   static constexpr std::uint32_t kNotInHeap = std::numeric_limits<std::uint32_t>::max();
   std::int64_t when = 0;             // absolute deadline, CLOCK_MONOTONIC ns
   std::uint32_t index = kNotInHeap;  // position in its heap; owner's lock
@@ -45,20 +44,20 @@ class TimerHeap {
   // The earliest key, kNever when empty: the earliest deadline, or below it after an
   // update_lazy (see there).
   std::int64_t earliest() const noexcept { return v_.empty() ? kNever : v_[0].when; }
-  TimerNode* top() const noexcept { return v_.empty() ? nullptr : v_[0].t; }
+  HeapNode* top() const noexcept { return v_.empty() ? nullptr : v_[0].t; }
 
   // Adds t (not in any heap) with its current `when`. May allocate (vector growth).
-  void push(TimerNode* t) {
+  void push(HeapNode* t) {
     v_.push_back(Entry{t->when, t});
     sift_up(v_.size() - 1, v_.back());
   }
 
   // Removes t, which must be in this heap.
-  void remove(TimerNode* t) noexcept {
+  void remove(HeapNode* t) noexcept {
     std::size_t i = t->index;
     Entry last = v_.back();  // (its key may be below last.t->when: kept as it is)
     v_.pop_back();
-    t->index = TimerNode::kNotInHeap;
+    t->index = HeapNode::kNotInHeap;
     if (last.t == t) return;  // t was the last slot
     // The moved entry may belong above or below slot i.
     if (i > 0 && last.when < v_[parent(i)].when)
@@ -68,15 +67,15 @@ class TimerHeap {
   }
 
   // Removes and returns the earliest timer; nullptr when empty.
-  TimerNode* pop() noexcept {
+  HeapNode* pop() noexcept {
     if (v_.empty()) return nullptr;
-    TimerNode* t = v_[0].t;
+    HeapNode* t = v_[0].t;
     remove(t);
     return t;
   }
 
   // Changes the deadline of t, which must be in this heap.
-  void update(TimerNode* t, std::int64_t when) noexcept {
+  void update(HeapNode* t, std::int64_t when) noexcept {
     std::int64_t key = v_[t->index].when;
     t->when = when;
     Entry e{when, t};
@@ -91,7 +90,7 @@ class TimerHeap {
   // be early, and whoever runs the heap must call settle_top() when the top's key is due
   // but its deadline is not. Timers pushed back again and again (a connection's deadline
   // at every read) cost no sift until they reach the top.
-  void update_lazy(TimerNode* t, std::int64_t when) noexcept {
+  void update_lazy(HeapNode* t, std::int64_t when) noexcept {
     if (when >= v_[t->index].when) {
       t->when = when;
       return;
@@ -119,7 +118,7 @@ class TimerHeap {
  private:
   struct Entry {
     std::int64_t when;  // the key: t->when, or below it after update_lazy
-    TimerNode* t;
+    HeapNode* t;
   };
 
   static constexpr std::size_t parent(std::size_t i) noexcept { return (i - 1) / 4; }
@@ -161,4 +160,4 @@ class TimerHeap {
   std::vector<Entry> v_;  // the heap; owner's lock
 };
 
-}  // namespace corun::timer
+}  // namespace corun::sched

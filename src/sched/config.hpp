@@ -1,11 +1,13 @@
-// os/env.hpp — the CORUN_* tuning variables: parsed and validated once, at run().
+// sched/config.hpp — the CORUN_* tuning variables: parsed and validated once, at run().
 //
 // What it is: a pure function from the (name, value) pairs of every CORUN_* variable to a
 // Settings value, plus the table of known variables that the README documents. run() calls
 // settings_from_environment() before it starts any thread; nothing starts on an error.
+// It belongs to the runtime's boot, not to os/ (no system contract in it); the layers
+// above read the running runtime's Settings through sched/proc.hpp.
 //
 // Invariants:
-//  - One table (env.cpp, kVars) is the single source of truth: every name parse_settings
+//  - One table (config.cpp, kVars) is the single source of truth: every name parse_settings
 //    accepts is in known_variables(), in the order of DESIGN.md's table, and the "accepted"
 //    text of an entry is exactly what that variable's error message prints.
 //  - Every error is std::invalid_argument naming the variable, its value (quoted, with
@@ -38,7 +40,7 @@
 #include <utility>
 #include <vector>
 
-namespace corun::os {
+namespace corun::sched {
 
 enum class BackoffKind {
   spin,    // pause-instruction loop bounded by the cycle counter; amount in ns
@@ -100,4 +102,4 @@ std::string format_backoff(const Backoff& b);
 // stack_kb=default schedtrace_ms=off stealorder=0" (unset procs/stack_kb print "default").
 std::string describe(const Settings& s);
 
-}  // namespace corun::os
+}  // namespace corun::sched

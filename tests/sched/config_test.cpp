@@ -1,10 +1,10 @@
-// tests/os/env_test.cpp — CORUN_* parsing: defaults, every accepted form, every error path
+// tests/sched/config_test.cpp — CORUN_* parsing: defaults, every accepted form, every error path
 // (message names the variable, the value and the accepted form), unknown names, empty =
 // unset, overflow, the docs table matching the parser, and reading the real environment.
 //
 // The environment test saves every CORUN_* variable the test run inherited (the suite may
 // itself be run under, e.g., CORUN_PROCS=2), clears them, and restores them afterwards.
-#include "os/env.hpp"
+#include "sched/config.hpp"
 
 #include <doctest/doctest.h>
 #include <stdlib.h>
@@ -17,13 +17,13 @@
 
 namespace {
 
-using corun::os::Backoff;
-using corun::os::BackoffKind;
-using corun::os::known_variables;
-using corun::os::parse_settings;
-using corun::os::PoolMode;
-using corun::os::Settings;
-using corun::os::TimerMode;
+using corun::sched::Backoff;
+using corun::sched::BackoffKind;
+using corun::sched::known_variables;
+using corun::sched::parse_settings;
+using corun::sched::PoolMode;
+using corun::sched::Settings;
+using corun::sched::TimerMode;
 using Vars = std::vector<std::pair<std::string, std::string>>;
 
 // The message of the std::invalid_argument parse_settings throws; "" if it does not throw.
@@ -90,7 +90,7 @@ class EnvGuard {
 
 }  // namespace
 
-TEST_SUITE("os.env") {
+TEST_SUITE("config") {
   TEST_CASE("nothing set gives every documented default") {
     const Settings s = parse_settings({});
     CHECK(s == Settings{});
@@ -201,7 +201,7 @@ TEST_SUITE("os.env") {
                                          {"CORUN_NUMA", "off"},
                                          {"CORUN_PIN", "off"},
                                          {"CORUN_PROCS", "3"}});
-      CHECK(corun::os::describe(s) ==
+      CHECK(corun::sched::describe(s) ==
             "procs=3 pin=off numa=off runnext_backoff=usleep:100 timers=global timerslack_ns=1 "
             "timer_spin_ns=20000 pool=global pool_trim_ms=100 stack_kb=128 schedtrace_ms=10 "
             "stealorder=1");
@@ -401,31 +401,31 @@ TEST_SUITE("os.env") {
   }
 
   TEST_CASE("format_backoff and describe") {
-    CHECK(corun::os::format_backoff(Backoff{}) == "spin:3000");
-    CHECK(corun::os::format_backoff(Backoff{BackoffKind::usleep, 3}) == "usleep:3");
-    CHECK(corun::os::format_backoff(Backoff{BackoffKind::yield, 0}) == "yield");
-    CHECK(corun::os::describe(Settings{}) ==
+    CHECK(corun::sched::format_backoff(Backoff{}) == "spin:3000");
+    CHECK(corun::sched::format_backoff(Backoff{BackoffKind::usleep, 3}) == "usleep:3");
+    CHECK(corun::sched::format_backoff(Backoff{BackoffKind::yield, 0}) == "yield");
+    CHECK(corun::sched::describe(Settings{}) ==
           "procs=default pin=on numa=auto runnext_backoff=spin:3000 timers=per-p "
           "timerslack_ns=1000 timer_spin_ns=0 pool=sharded pool_trim_ms=5000 stack_kb=default "
           "schedtrace_ms=off stealorder=0");
     // format_backoff's output parses back to the same Backoff.
     for (const Backoff& b : {Backoff{}, Backoff{BackoffKind::spin, 0},
                              Backoff{BackoffKind::usleep, 100}, Backoff{BackoffKind::yield, 0}}) {
-      const std::string text = corun::os::format_backoff(b);
+      const std::string text = corun::sched::format_backoff(b);
       CHECK(one("CORUN_RUNNEXT_BACKOFF", text.c_str()).runnext_backoff == b);
     }
   }
 
   TEST_CASE("settings_from_environment reads CORUN_* from environ") {
     EnvGuard guard;  // saves/clears the inherited CORUN_*, restores them at scope exit
-    CHECK(corun::os::settings_from_environment() == Settings{});
+    CHECK(corun::sched::settings_from_environment() == Settings{});
 
     setenv("CORUN_PROCS", "3", 1);
     setenv("CORUN_RUNNEXT_BACKOFF", "usleep:3", 1);
     setenv("CORUN_DEBUG", "stealorder=1", 1);
     setenv("CORUN_STACK_KB", "", 1);      // empty = unset
     setenv("NOT_CORUN_PROCS", "abc", 1);  // other names are not ours
-    Settings s = corun::os::settings_from_environment();
+    Settings s = corun::sched::settings_from_environment();
     CHECK(s.procs == 3);
     CHECK(s.runnext_backoff == Backoff{BackoffKind::usleep, 3});
     CHECK(s.debug_stealorder);
@@ -434,16 +434,16 @@ TEST_SUITE("os.env") {
 
     SUBCASE("a malformed value throws") {
       setenv("CORUN_PIN", "maybe", 1);
-      CHECK_THROWS_WITH_AS(corun::os::settings_from_environment(),
+      CHECK_THROWS_WITH_AS(corun::sched::settings_from_environment(),
                            "CORUN_PIN=\"maybe\": expected on or off", std::invalid_argument);
     }
     SUBCASE("a typo throws") {
       setenv("CORUN_PROC", "4", 1);
-      CHECK_THROWS_AS(corun::os::settings_from_environment(), std::invalid_argument);
+      CHECK_THROWS_AS(corun::sched::settings_from_environment(), std::invalid_argument);
     }
     SUBCASE("a value containing '=' is kept whole") {
       setenv("CORUN_DEBUG", "schedtrace=5,stealorder=0", 1);
-      s = corun::os::settings_from_environment();
+      s = corun::sched::settings_from_environment();
       CHECK(s.schedtrace_ms == 5);
       CHECK_FALSE(s.debug_stealorder);
     }

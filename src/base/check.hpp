@@ -1,7 +1,7 @@
-// sched/check.hpp — tiered invariant checks (mimalloc's assert levels, Go's
+// base/check.hpp — tiered invariant checks (mimalloc's assert levels, Go's
 // verifyTimers): CORUN_CHECK is always on and must be cheap (a load and a compare on a
-// line we touch anyway); CORUN_DCHECK runs only in MODE=debug builds
-// (CORUN_DEBUG_CHECKS=1) and may walk whole structures.
+// line we touch anyway); CORUN_DCHECK runs only where CORUN_DEBUG_CHECKS=1 (MODE=debug and
+// the ASan build) and may walk whole structures. Every layer may include this file.
 // A failed check is a runtime bug or memory corruption: it prints what broke and aborts.
 #pragma once
 

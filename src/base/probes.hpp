@@ -1,4 +1,4 @@
-// sched/probes.hpp — USDT probes (sys/sdt.h): static tracepoints for perf and bpftrace.
+// base/probes.hpp — USDT probes (sys/sdt.h): static tracepoints for perf and bpftrace.
 //
 // Each probe is one nop in the code and a note in the ELF (.note.stapsdt); it costs
 // nothing until a tracer enables it. Provider "corun":

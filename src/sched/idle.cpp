@@ -1,0 +1,151 @@
+// sched/idle.cpp — the idle wait (contract and invariants in idle.hpp).
+//
+// The waiter sleeps on its note with an absolute FUTEX_WAIT_BITSET deadline (the earliest
+// timer of every heap), under the runtime threads' timer slack (CORUN_TIMERSLACK_NS);
+// with CORUN_TIMER_SPIN_NS it wakes that much early and spins the rest. On waking it takes
+// Runtime::lock to tell "handed a P" (startm set nextp) from "a timer is due": for due
+// timers it takes its own last P if that is idle (its thread is pinned to that P's CPU)
+// and returns, so find_runnable runs them and the tasks they ready; when every P is busy
+// it runs them itself, and what they ready goes through the global queue.
+// Rejected: running due timers here always, without a P (their tasks would always go
+// through the global queue and wait for some P's 61st schedule or idle look).
+#include "sched/idle.hpp"
+
+#include "arch/cpu.hpp"
+#include "base/probes.hpp"
+#include "os/thread.hpp"
+#include "sched/sched.hpp"
+
+namespace corun::sched {
+
+namespace {
+
+// Sleeps on m's note until `until` (absolute monotonic ns) or a wake-up. With
+// CORUN_TIMER_SPIN_NS, wakes that much early and spins the rest, watching the note.
+void sleep_precise(M* m, std::int64_t until) noexcept {
+  const auto spin = static_cast<std::int64_t>(m->rt->settings.timer_spin_ns);
+  if (spin > 0) {
+    if (m->park.sleep_until(static_cast<std::uint64_t>(until - spin))) return;
+    while (!m->park.is_set() && static_cast<std::int64_t>(os::monotonic_ns()) < until)
+      arch::cpu_relax();
+    return;
+  }
+  m->park.sleep_until(static_cast<std::uint64_t>(until));
+}
+
+constexpr std::int64_t kShortWaitNs = 10'000;
+
+}  // namespace
+
+bool idle_try_become(Runtime* rt, M* m) noexcept {
+  M* w = rt->idle.waiter.load(std::memory_order_relaxed);
+  // (w == m does not happen: idle_wait returns once m no longer waits, and stopm asks
+  // again before m could queue itself in the idle M list.)
+  if (w && w != m) return false;
+  rt->idle.waiter.store(m, std::memory_order_release);
+  m->park.clear();  // under the lock: every waker changes state under it first
+  return true;
+}
+
+void idle_wait(M* m) {
+  Runtime* rt = m->rt;
+  for (;;) {
+    // Publish "asleep with no deadline" first, then scan: an arm after our scan sees
+    // kNever and wakes us (the seq_cst pair of idle.hpp).
+    rt->idle.until.store(TimerHeap::kNever, std::memory_order_seq_cst);
+    std::int64_t until = rt->timers.next();
+    CORUN_PROBE1(timer_watch, until == TimerHeap::kNever ? -1 : until);
+    if (until != TimerHeap::kNever) {
+      std::int64_t expect = TimerHeap::kNever;
+      // Fails only if an armer already claimed the wake-up (our note is set).
+      rt->idle.until.compare_exchange_strong(expect, until, std::memory_order_seq_cst);
+      sleep_precise(m, until);
+    } else {
+      m->park.sleep();
+    }
+    std::int64_t now = 0;
+    {
+      base::Guard g(rt->lock);
+      if (rt->idle.waiter.load(std::memory_order_relaxed) != m) return;  // startm or shutdown
+      if (rt->stopping.load(std::memory_order_acquire)) return;
+      m->park.clear();  // under the lock: startm cannot be handing us a P meanwhile
+      now = static_cast<std::int64_t>(os::monotonic_ns());
+      if (rt->timers.next() > now) continue;  // woken by an arm, or early: scan again
+      // Our own P again if it is idle: this thread is pinned to its CPU.
+      if (P* p = pidleget(rt, m->lastp)) {
+        // Leave the wait vacant until an M idles next (stopm): see idle.hpp, Rejected.
+        // Meanwhile running Ps look at every heap at their 61st schedule and before
+        // idling, and sysmon runs overdue timers while nobody waits.
+        rt->idle.waiter.store(nullptr, std::memory_order_relaxed);
+        rt->idle.until.store(IdleWait::kNone, std::memory_order_seq_cst);
+        m->nextp = p;
+        return;
+      }
+    }
+    // Every P is busy: run them here; what they ready goes through the global queue.
+    rt->timers.run_due(now);
+  }
+}
+
+M* idle_take(Runtime* rt) noexcept {
+  M* m = rt->idle.waiter.load(std::memory_order_relaxed);
+  if (m) {
+    rt->idle.waiter.store(nullptr, std::memory_order_relaxed);
+    rt->idle.until.store(IdleWait::kNone, std::memory_order_seq_cst);
+  }
+  return m;
+}
+
+void idle_stop(Runtime* rt) noexcept {
+  if (M* w = rt->idle.waiter.load(std::memory_order_relaxed)) {
+    rt->idle.waiter.store(nullptr, std::memory_order_relaxed);
+    w->nextp = nullptr;
+    w->park.wakeup();
+  }
+}
+
+bool idle_has_waiter(const Runtime* rt) noexcept {
+  return rt->idle.waiter.load(std::memory_order_relaxed) != nullptr;
+}
+
+void idle_wake(Runtime* rt, std::int64_t when) noexcept {
+  // seq_cst load: after our seq_cst store of the heap's earliest (idle.hpp).
+  std::int64_t w = rt->idle.until.load(std::memory_order_seq_cst);
+  if (w == IdleWait::kNone) {
+    // Nobody asleep. If nobody waits at all while a P idles and the armer holds no
+    // running P (a foreign thread, or a task in blocking()), start an M: it finds nothing
+    // to run, idles, and becomes the waiter. An armer on a running P needs none: its P
+    // runs its own timers, and its M becomes the waiter if it idles.
+    M* m = current_m();
+    if ((!m || !m->p) && !rt->idle.waiter.load(std::memory_order_acquire) &&
+        rt->npidle.load(std::memory_order_relaxed) > 0)
+      wakep(rt);
+    return;
+  }
+  while (when < w) {
+    if (rt->idle.until.compare_exchange_weak(w, IdleWait::kNone, std::memory_order_seq_cst)) {
+      // acquire: the M record is fully set up (it is never freed before the runtime).
+      if (M* m = rt->idle.waiter.load(std::memory_order_acquire)) m->park.wakeup();
+      return;
+    }
+  }
+}
+
+bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
+  std::int64_t e = rt->timers.next();
+  if (e == TimerHeap::kNever) return false;
+  std::int64_t window = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
+  if (window < kShortWaitNs) window = kShortWaitNs;
+  if (e - now > window) return false;
+  // The kernel wakes a thread ~10-20 µs late on this VM even with 1 ns slack, and the
+  // sleep and wake cost ~5 µs of syscalls: wait here, holding the P, as Go's spinning Ms do.
+  while (static_cast<std::int64_t>(os::monotonic_ns()) < e) {
+    arch::cpu_relax();  // one PAUSE per clock read: the wait is short
+    if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
+        rt->stopping.load(std::memory_order_relaxed))
+      break;
+  }
+  return true;
+}
+
+}  // namespace corun::sched

@@ -1,0 +1,72 @@
+// sched/idle.hpp — the idle wait: the one place an idle runtime sleeps until something
+// is due (Go's findRunnable ending in netpoll(delay) with the timer deadline as delay).
+//
+// When an M finds no work and no other M waits idle, it becomes the waiter: it sleeps
+// until the earliest timer deadline of every P (and, once the network poller lands, until
+// I/O is ready — in this same wait, epoll_pwait2 with that deadline), runs what came due,
+// with an idle P if there is one, and goes back to sleep. Every other idle M sleeps on
+// its note without a deadline. So an idle runtime makes no wake-ups but the ones its
+// timers ask for, and one timer wakes one thread, not every idle one.
+//
+// Who touches what:
+//   IdleWait::waiter  the waiting M, at most one, never in the idle M list. Written under
+//                     Runtime::lock (idle_try_become, idle_take, idle_stop, and the waiter
+//                     leaving); read lock-free by idle_wake (acquire; the M record is never
+//                     freed before the runtime).
+//   IdleWait::until   the deadline the waiter sleeps until: kNone when nobody sleeps (or
+//                     it was already woken), TimerHeap::kNever without a deadline. seq_cst:
+//                     with the heaps' `earliest` stores it forms a store-buffering pair
+//                     (timers.hpp): the waiter stores `until` then scans the heaps, an
+//                     armer stores its heap's earliest then loads `until`; one of them sees
+//                     the other, so a new earliest timer never sleeps unseen.
+// Rejected: every idle M sleeping until the earliest deadline (a thundering herd on 128
+// cores for one timer); a dedicated timer thread (Go before 1.14: one more thread hop
+// before the woken task runs); handing the wait to another idle M whenever the waiter
+// takes a P (a futex wake before the woken task can run: ~4.5 futex calls per
+// sleep(50µs) at 2 Ps against ~1 when the wait is left vacant until an M idles next).
+#pragma once
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+
+#include "base/tsa.hpp"
+
+namespace corun::sched {
+
+struct M;
+struct P;
+struct Runtime;
+
+struct IdleWait {
+  static constexpr std::int64_t kNone = INT64_MIN;
+  std::atomic<M*> waiter{nullptr};
+  std::atomic<std::int64_t> until{kNone};
+};
+
+// Under Runtime::lock: if nobody waits, m becomes the waiter (its note cleared) and the
+// caller, once it has dropped the lock, calls idle_wait(m). False if another M waits.
+bool idle_try_become(Runtime* rt, M* m) noexcept;
+// The waiter's loop (lock not held). Returns when it is no longer the waiter: startm
+// handed it a P (m->nextp), it took an idle P to run due timers (m->nextp), or shutdown.
+void idle_wait(M* m);
+// Under Runtime::lock: takes the waiter for startm (used when no other M idles); nullptr
+// if there is none.
+M* idle_take(Runtime* rt) noexcept;
+// Under Runtime::lock, at shutdown: wakes the waiter, which then leaves.
+void idle_stop(Runtime* rt) noexcept;
+// True if some M waits idle (relaxed: a hint for who else must look at timers).
+bool idle_has_waiter(const Runtime* rt) noexcept;
+
+// A heap's earliest deadline just became `when` (called after its lock is dropped): wakes
+// the waiter if it sleeps past it. With no waiter and a P idle, an armer that holds no
+// running P (a foreign thread, a task in blocking()) starts an M, which idles and waits.
+void idle_wake(Runtime* rt, std::int64_t when) noexcept;
+
+// Before idling P p at `now`: if the earliest timer of any P is due within the spin
+// window (max(10 µs, CORUN_TIMER_SPIN_NS)) — closer than a futex sleep can honour — spins
+// for it (PAUSE, clock-checked), leaving early if work shows up in p's queue or the global
+// queue. True if it spun (the caller looks again).
+bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept;
+
+}  // namespace corun::sched

@@ -1,0 +1,162 @@
+// sched/timers.hpp — the P's timers (Go 1.23's runtime/time.go `timers`): the heap each P
+// embeds, who runs it, and the contract through which the timer layer arms its records.
+//
+// Two audiences, two halves of this header:
+//   - the timer layer (src/timer/): TimerNode, the scheduler's view of a timer, which its
+//     records derive from; Timers::of_caller/add/remove/modify to arm and disarm them;
+//     sleep_until to park a task on one. It never sees a P, a lock or a heap.
+//   - the M loop (sched.cpp, task.cpp, sysmon.cpp, idle.cpp): Timers::next/check, and the
+//     TimerSet of a runtime (every heap at once: the earliest deadline, run what is due).
+//
+// Who runs a due timer (Go's checkTimers/stealWork/findRunnable):
+//   1. its own P, at every trip through find_runnable and every 8th direct task switch
+//      (one clock read, only when the P has timers);
+//   2. an M about to idle its P, and every P at its 61st schedule, for every heap: the
+//      timers of a P stuck in one long task (Go's TestAfterFuncStarvation);
+//   3. the idle wait (idle.cpp): the one idle M that sleeps until the earliest deadline;
+//   4. sysmon, while Ps run and nobody waits idle, every 10 ms at worst.
+// Firing never needs a P: ready(), go() and a non-blocking channel send all work from a
+// thread without one. A node is fired outside every lock, through its own fire() (Go's
+// timer.f): the scheduler calls into the timer layer only there.
+//
+// Invariants (Timers):
+//   - heap_ and every member node's when/index: guarded by lock_.
+//   - earliest_ == heap_.earliest() whenever lock_ is free (every writer stores it before
+//     unlocking). seq_cst: a store of an earlier deadline and the idle M's store of the
+//     deadline it sleeps until form a store-buffering pair (idle.cpp): with seq_cst on both
+//     sides one of them sees the other, so a new earliest timer never sleeps unseen.
+//   - A node is in at most one heap; node->owner says which (nullptr: inactive).
+//   - A node is never fired before its deadline: run() pops only when <= now, with now
+//     read after the caller saw earliest_ <= now on the same clock.
+// Rejected: a lock-free heap (stop/reset from other Ps need the index under a lock
+// anyway); std::mutex (a task holding it must not put its M's thread to sleep while it
+// holds a P; the hold is a heap sift, a few hundred ns at most); function pointers the
+// timer layer registers at start-up (the old design: a deadline crossed the boundary
+// through two hooks; now the node carries its own fire(), as Go's timer carries f).
+// On 2 sockets × 64 cores: TimerSet::next() reads one line per P on each idle pass; a
+// per-node summary of the earliest deadlines would bound that.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "base/lock.hpp"
+#include "base/tsa.hpp"
+#include "sched/timer_heap.hpp"
+
+namespace corun::sched {
+
+struct Runtime;
+class Timers;
+
+// A timer as the scheduler sees it. The timer layer derives its records from it and says
+// what firing does; the scheduler keeps it in a heap and decides when.
+class TimerNode : public HeapNode {
+ public:
+  // The timer's action. Called by whoever runs due timers, with no lock held, once per
+  // firing: the node has left its heap (period == 0) or moved on to its next deadline
+  // (period > 0, after hold()). now: the clock reading that found it due.
+  virtual void fire(std::int64_t now) noexcept = 0;
+  // A periodic node stays in its heap while it fires: called under the heap's lock when it
+  // is taken for firing, so it can keep itself alive until fire() returns.
+  virtual void hold() noexcept {}
+  // The runtime ends with the node armed: it leaves its heap and never fires.
+  virtual void abandon() noexcept {}
+
+  // > 0: re-armed `period` ns after each deadline (missed ones skipped). Changed only by
+  // add()/modify(), i.e. by the arming side (which serialises arms of one node) and
+  // under the heap's lock while armed.
+  std::int64_t period = 0;
+  // The heap it is in; nullptr when inactive. Stored (release) under that heap's lock by
+  // add(); cleared under it by whoever takes the node out. Loaded with acquire.
+  std::atomic<Timers*> owner{nullptr};
+
+ protected:
+  TimerNode() = default;
+  ~TimerNode() = default;  // never deleted through this type
+};
+
+class alignas(64) Timers {
+ public:
+  // ---- the timer layer's half ----------------------------------------------------------
+  // Where a timer armed by the caller goes: its P's heap (or the runtime's one heap in
+  // CORUN_TIMERS=global); for a thread without a P (a foreign thread, a task in
+  // blocking(), sysmon) a P's heap chosen by thread, so such threads spread their timers.
+  // nullptr when no runtime runs.
+  static Timers* of_caller() noexcept;
+  // Arms t, inactive, at `when` in this heap. The caller serialises arms of t. Wakes the
+  // idle M if t is now the runtime's earliest deadline. Throws std::bad_alloc if the
+  // heap cannot grow (t stays inactive).
+  void add(TimerNode* t, std::int64_t when);
+  // Takes t out of the heap it is in. True if it was armed; false if it was inactive or a
+  // firer took it first (then it fires, or fired).
+  static bool remove(TimerNode* t) noexcept;
+  // Moves an armed t to `when` within its heap (and sets its period if period > 0); a
+  // later deadline costs O(1) (TimerHeap::update_lazy). False, and nothing done, if t is
+  // inactive: the caller arms it with add().
+  static bool modify(TimerNode* t, std::int64_t when, std::int64_t period) noexcept;
+  // A snapshot: true while t is armed.
+  static bool active(const TimerNode* t) noexcept {
+    return t->owner.load(std::memory_order_acquire) != nullptr;
+  }
+
+  // ---- the M loop's half ---------------------------------------------------------------
+  // The earliest deadline (a lower bound after a lazy reset), TimerHeap::kNever if none.
+  // relaxed for "is anything here at all?"; seq_cst for the idle wait's half of the pair.
+  std::int64_t next(std::memory_order o = std::memory_order_relaxed) const noexcept {
+    return earliest_.load(o);
+  }
+  // Runs the timers due at `now` (0: read the clock, which it does only when the heap is
+  // not empty). True if it ran any.
+  bool check(std::int64_t now = 0) noexcept;
+  // Fires every timer due at `now`, at most kBatch per lock hold.
+  void run(std::int64_t now) noexcept;
+  // At runtime destruction: every armed node leaves the heap through abandon().
+  void drain() noexcept;
+
+  Runtime* rt = nullptr;  // the runtime whose idle M add() wakes; immutable after boot
+
+ private:
+  friend bool sleep_until(TimerNode* t, std::int64_t when);
+  static void sleep_commit(void* arg) noexcept;  // sleep_until's park commit
+
+  // Locks the heap t is armed in and returns it, or nullptr if t is inactive.
+  static Timers* lock_owner(const TimerNode* t) noexcept CORUN_NO_TSA;
+  // Stores heap_'s minimum into earliest_ if it changed; lock_ held. True if the
+  // earliest deadline moved earlier (the idle M may need waking).
+  bool publish() noexcept CORUN_REQUIRES(lock_);
+
+  base::Lock<base::LockRank::timers> lock_;
+  TimerHeap heap_ CORUN_GUARDED_BY(lock_);
+  // heap_.earliest(), published; written under lock_, read lock-free (see the header).
+  std::atomic<std::int64_t> earliest_{TimerHeap::kNever};
+};
+
+// Sleep: if the caller is a task that may park (sched/park.hpp can_park), arms t at `when`
+// in its P's heap and parks it until t fires; t->fire() must ready the task (the one
+// current_task() returned). The heap's lock is held into the park and dropped by the park
+// commit, so no firer can ready a task that is not parked yet. False, with nothing done,
+// when the caller cannot park: it waits some other way. Throws std::bad_alloc if the heap
+// cannot grow (nothing armed).
+bool sleep_until(TimerNode* t, std::int64_t when);
+
+// Every heap of one runtime, for the M loop: the P's own (CORUN_TIMERS=per-p), or the one
+// global heap (=global). Immutable after boot.
+class TimerSet {
+ public:
+  void add_heap(Timers* t) { heaps_.push_back(t); }
+  std::size_t size() const noexcept { return heaps_.size(); }
+  // The earliest deadline of all heaps, kNever if none. seq_cst loads: the idle wait's
+  // half of the store-buffering pair (see the header).
+  std::int64_t next() const noexcept;
+  // Runs the due timers of every heap at `now` (0: read the clock, once, only if some heap
+  // has a timer); true if any heap was due.
+  bool run_due(std::int64_t now = 0) noexcept;
+  void drain() noexcept;
+
+ private:
+  std::vector<Timers*> heaps_;
+};
+
+}  // namespace corun::sched
