@@ -1,5 +1,6 @@
 # corun build. `make` builds build/libcorun.a, the tests and build/corun-bench.
 #   make test | make bench | make deps | make install PREFIX=/usr/local | make format
+#   make check-layers (includes respect the layers) | make tsa (clang -Wthread-safety)
 #   MODE=release|debug (debug: -O0, expensive invariant checks)
 #   SAN=address (ASan+UBSan) | SAN=thread (TSan), each in its own build folder.
 #   NO_JEMALLOC=1: P memory from aligned_alloc, no -ljemalloc (keeps glibc's malloc).
@@ -64,7 +65,7 @@ LIB_OBJ := $(LIB_CPP:%.cpp=$(B)/obj/%.o) $(LIB_ASM:%.S=$(B)/obj/%.o)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(B)/obj/%.o)
 BENCH_OBJ := $(BENCH_CPP:%.cpp=$(B)/obj/%.o)
 
-.PHONY: all test bench deps install format format-check clean check-all
+.PHONY: all test bench deps install format format-check clean check-all check-layers tsa
 all: $(B)/libcorun.a $(B)/corun-tests $(B)/corun-bench $(EXAMPLES)
 
 $(B)/obj/%.o: %.cpp
@@ -99,7 +100,7 @@ deps:
 
 # Unit suites run once; the runtime suites run again at every P count of TEST_PROCS
 # (4 on 2 cores is oversubscribed on purpose).
-test: deps
+test: deps check-layers
 	@$(MAKE) --no-print-directory all
 	@bash scripts/run-tests.sh $(B) "$(TEST_PROCS)"
 
@@ -112,6 +113,21 @@ install: $(B)/libcorun.a
 	install -m 644 include/corun/*.hpp $(DESTDIR)$(PREFIX)/include/corun/
 	install -m 644 $(B)/libcorun.a $(DESTDIR)$(PREFIX)/lib/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' corun.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/corun.pc
+
+# Nothing above src/sched/ includes sched/sched.hpp, and every layer includes only those
+# below it (scripts/check-layers says which rule a line breaks).
+check-layers:
+	@python3 scripts/check-layers
+
+# clang's thread-safety analysis over the library (compile only, no objects): every field
+# marked CORUN_GUARDED_BY is touched with its lock held (base/tsa.hpp). Needs clang++.
+TSA_CXX ?= clang++
+tsa:
+	@bash scripts/deps.sh clang
+	@for f in $(LIB_CPP); do \
+	  $(TSA_CXX) -std=c++20 -Wall -Wextra -Werror -Wthread-safety -Wthread-safety-beta \
+	    -Iinclude -Isrc -fsyntax-only $$f || exit 1; \
+	done; echo "tsa: $(words $(LIB_CPP)) files pass clang -Wthread-safety"
 
 # Every build CI runs: release, ASan+UBSan, TSan.
 check-all:
