@@ -112,8 +112,9 @@ $(B)/examples/%: examples/%.cpp $(B)/libcorun.a
 deps:
 	@bash scripts/deps.sh
 
-# Unit suites run once; the runtime suites run again at every P count of TEST_PROCS
-# (4 on 2 cores is oversubscribed on purpose).
+# Unit suites (TEST_SUITE("unit.…")) run once; the runtime suites ("rt.…") run again at
+# every P count of TEST_PROCS (4 on 2 cores is oversubscribed on purpose); any other
+# suite name fails the run (scripts/run-tests.sh).
 test: deps
 	@$(MAKE) --no-print-directory $(TEST_BUILD)
 	@bash scripts/run-tests.sh $(B) "$(TEST_PROCS)"

@@ -25,7 +25,7 @@ std::int64_t elapsed_ns(Clock::time_point since) {
 }
 }  // namespace
 
-TEST_SUITE("arch") {
+TEST_SUITE("unit.arch") {
   TEST_CASE("spin: concurrent first use sees one calibration") {
     // First in this file so that, run alone, the threads race to calibrate. If another suite
     // calibrated already, it still checks that concurrent readers agree (and TSan sees the

@@ -97,7 +97,7 @@ long live_nodes() {
 
 }  // namespace
 
-TEST_SUITE("context") {
+TEST_SUITE("rt.context") {
   TEST_CASE("background: never done, no error, no deadline; works outside run") {
     auto check = [] {
       Context bg = Context::background();

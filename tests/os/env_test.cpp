@@ -90,7 +90,7 @@ class EnvGuard {
 
 }  // namespace
 
-TEST_SUITE("os.env") {
+TEST_SUITE("unit.os.env") {
   TEST_CASE("nothing set gives every documented default") {
     const Settings s = parse_settings({});
     CHECK(s == Settings{});

@@ -22,7 +22,7 @@ bool aligned(const void* p, std::size_t a) {
 
 }  // namespace
 
-TEST_SUITE("os.numa") {
+TEST_SUITE("unit.os.numa") {
   TEST_CASE("node counts") {
     const int n = corun::os::numa_node_count();
     CHECK(n >= 1);

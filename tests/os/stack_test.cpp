@@ -175,7 +175,7 @@ void many_stacks(std::size_t n, long budget) {
 
 }  // namespace
 
-TEST_SUITE("os.stack") {
+TEST_SUITE("unit.os.stack") {
   TEST_CASE("allocate gives page-aligned stacks with a canary; release reuses them LIFO") {
     StackOptions o;
     o.stack_bytes = 10000;  // rounded up to pages

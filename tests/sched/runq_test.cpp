@@ -29,7 +29,7 @@ struct NoBackoff final : RunnextBackoff {
 };
 }  // namespace
 
-TEST_SUITE("sched.runq") {
+TEST_SUITE("unit.sched.runq") {
   TEST_CASE("push and pop keep FIFO order; runnext comes first") {
     auto q = std::make_unique<RunQueue>();
     std::vector<Task> tasks(10);

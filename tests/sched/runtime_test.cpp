@@ -1,7 +1,8 @@
 // tests/sched/runtime_test.cpp — the runtime as a user sees it: run/go/yield/procs/
 // proc_id/blocking, errors, parallelism, wake-ups, a million tasks, oversubscription,
 // and the death tests (stack overflow, exception escaping a task).
-// Every case runs at the P count scripts/run-tests.sh sets (tests/support.hpp).
+// rt.sched runs at every P count scripts/run-tests.sh sets (tests/support.hpp); the death
+// tests are a unit suite (run once): each child boots the P count it needs itself.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -51,7 +52,7 @@ struct EnvGuard {  // sets a variable for one test and restores it
 };
 }  // namespace
 
-TEST_SUITE("sched") {
+TEST_SUITE("rt.sched") {
   TEST_CASE("run returns 0, procs and proc_id are in range, and run can run again") {
     for (int round = 0; round < 3; round++) {
       int seen_procs = 0, seen_id = -2;
@@ -473,7 +474,7 @@ CORUN_TEST_CHILD(escape) {
   return 0;
 }
 
-TEST_SUITE("sched.death") {
+TEST_SUITE("unit.sched.death") {
   TEST_CASE("CORUN_DEBUG: schedtrace prints per-P lines, stealorder prints the plan") {
     auto r = t::child_run("trace", {"CORUN_DEBUG=schedtrace=10,stealorder=1"});
     CHECK(WIFEXITED(r.status));

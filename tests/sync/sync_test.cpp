@@ -12,7 +12,7 @@
 
 namespace t = corun::test;
 
-TEST_SUITE("sync") {
+TEST_SUITE("rt.sync") {
   TEST_CASE("WaitGroup: wait on zero returns; negative counter throws and is not applied") {
     t::run([] {
       corun::WaitGroup wg;

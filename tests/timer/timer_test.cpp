@@ -137,7 +137,7 @@ std::uint64_t seed_for(const char* what) {
 
 }  // namespace
 
-TEST_SUITE("timer") {
+TEST_SUITE("rt.timer") {
   // ---- sleep, after, after_func: basic properties ------------------------------------
 
   TEST_CASE("Sleep: returns no earlier than d; d <= 0 returns at once") {
