@@ -4,7 +4,11 @@
 #   MODE=release|debug (debug: -O0, expensive invariant checks)
 #   SAN=address (ASan+UBSan) | SAN=thread (TSan), each in its own build folder.
 #   NO_JEMALLOC=1: P memory from aligned_alloc, no -ljemalloc (keeps glibc's malloc).
-# Release objects live in build/, the other builds in build/<mode|san>/.
+#   RUNQ=4: each P's local run queue has 4 slots instead of 256 (CORUN_RUNQ_SIZE, a power
+#   of two >= 2), so every test overflows rings into the global queue and steals all the
+#   time (Tokio shrinks its queues to 4 under loom for the same reason).
+# Release objects live in build/, the other builds in build/<mode|san>/; NO_JEMALLOC and
+# RUNQ add a folder of their own below that (build/runq4, build/asan/runq4, ...).
 # Sanitizer builds leave jemalloc out (CORUN_NO_JEMALLOC) so the sanitizers see every
 # allocation, and use bigger task stacks (instrumented frames are larger). The ASan build
 # also turns on the debug-only invariant walks (CORUN_DEBUG_CHECKS, src/sched/check.hpp).
@@ -36,6 +40,17 @@ else ifeq ($(SAN),)
 else
   $(error SAN=$(SAN) is not accepted: use SAN=address or SAN=thread, or leave it empty)
 endif
+RUNQ ?=
+ifneq ($(RUNQ),)
+  ifeq ($(filter 2 4 8 16 32 64 128 256 512 1024,$(RUNQ)),)
+    $(error RUNQ=$(RUNQ) is not accepted: use a power of two from 2 to 1024, or leave it empty)
+  endif
+  B := $(B)/runq$(RUNQ)
+  SANFLAGS += -DCORUN_RUNQ_SIZE=$(RUNQ)
+endif
+# What `make test` builds: everything, except in a RUNQ build, where benchmarks and examples
+# would only measure a ring shrunk on purpose (it builds and runs the tests alone).
+TEST_BUILD := $(if $(RUNQ),$(B)/corun-tests,all)
 
 ifeq ($(MODE),debug)
   OPT := -O0 -DCORUN_DEBUG_CHECKS=1
@@ -98,14 +113,15 @@ $(B)/examples/%: examples/%.cpp $(B)/libcorun.a
 deps:
 	@bash scripts/deps.sh
 
-# Unit suites run once; the runtime suites run again at every P count of TEST_PROCS
-# (4 on 2 cores is oversubscribed on purpose).
+# Unit suites (TEST_SUITE("unit.…")) run once; the runtime suites ("rt.…") run again at
+# every P count of TEST_PROCS (4 on 2 cores is oversubscribed on purpose); any other
+# suite name fails the run (scripts/run-tests.sh).
 test: deps check-layers
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(TEST_BUILD)
 	@bash scripts/run-tests.sh $(B) "$(TEST_PROCS)"
 
 bench: deps
-	@$(MAKE) --no-print-directory all MODE=release SAN=
+	@$(MAKE) --no-print-directory all MODE=release SAN= RUNQ=
 	@bash scripts/bench-all.sh build
 
 install: $(B)/libcorun.a
@@ -129,11 +145,12 @@ tsa:
 	    -Iinclude -Isrc -fsyntax-only $$f || exit 1; \
 	done; echo "tsa: $(words $(LIB_CPP)) files pass clang -Wthread-safety"
 
-# Every build CI runs: release, ASan+UBSan, TSan.
+# Every build CI runs: release, ASan+UBSan, TSan, release with 4-slot run queues.
 check-all:
 	@$(MAKE) --no-print-directory test
 	@$(MAKE) --no-print-directory test SAN=address
 	@$(MAKE) --no-print-directory test SAN=thread
+	@$(MAKE) --no-print-directory test RUNQ=4
 
 # Tracked and new (untracked, not ignored) sources alike, so a new file is never missed.
 FORMAT_FILES = $$(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.h')

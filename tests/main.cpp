@@ -1,6 +1,7 @@
-// tests/main.cpp — doctest's main for build/corun-tests. Suites: arch, os.*, sched, sync.
-// scripts/run-tests.sh runs the unit suites once and the runtime suites at several P
-// counts (CORUNTEST_PROCS, read by tests/support.hpp).
+// tests/main.cpp — doctest's main for build/corun-tests. Every test case is in a suite
+// named "unit.…" (no runtime, or one that boots its own P counts) or "rt.…" (boots with
+// CORUNTEST_PROCS Ps, read by tests/support.hpp); scripts/run-tests.sh runs the unit
+// suites once and the runtime suites at several P counts, and fails on any other name.
 //
 // Death tests (a task overflowing its stack, an exception escaping a task) re-execute
 // this binary with `--corun-child=NAME` (tests/support.hpp child_run) so the parent's

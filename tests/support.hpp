@@ -1,7 +1,9 @@
 // tests/support.hpp — helpers shared by the runtime test suites.
 //
-// Every runtime suite runs at the P count in CORUNTEST_PROCS (scripts/run-tests.sh runs
-// the binary at 1, 2 and 4 Ps; 4 oversubscribes this 2-core machine on purpose).
+// Every runtime suite (TEST_SUITE("rt.…")) runs at the P count in CORUNTEST_PROCS
+// (scripts/run-tests.sh runs them at 1, 2 and 4 Ps; 4 oversubscribes this 2-core machine on
+// purpose). A case that needs a P count of its own passes it to run(fn, n) and belongs in a
+// unit suite (TEST_SUITE("unit.…"), run once) unless it also uses procs().
 // Scale: stress sizes shrink under the sanitizers, which run 5-20x slower.
 #pragma once
 

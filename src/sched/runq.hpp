@@ -51,6 +51,14 @@ class RunQueue {
   }
   bool empty_hint() const noexcept { return size_hint() == 0; }
 
+  // Empties the queue with head == tail == index (tests start near the 2^32 wrap). Only
+  // while no owner and no thief uses it.
+  void reset(std::uint32_t index) noexcept {
+    head.store(index, std::memory_order_relaxed);
+    tail.store(index, std::memory_order_relaxed);
+    runnext.store(nullptr, std::memory_order_relaxed);
+  }
+
  private:
   // Only the two ends touch the storage: the owner through LocalEnd, thieves through
   // StealEnd (which writes into the thief's own free slots, beyond its published tail).

@@ -460,7 +460,7 @@ int child_status(void (*body)()) {
 
 }  // namespace
 
-TEST_SUITE("arch") {
+TEST_SUITE("unit.arch") {
   TEST_CASE("context: ping-pong between the thread and 1..8 contexts") {
     for (int n = 1; n <= 8; ++n) {
       CAPTURE(n);

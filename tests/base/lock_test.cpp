@@ -47,7 +47,7 @@ CORUN_TEST_CHILD(lock_release_unheld) {
   return 0;
 }
 
-TEST_SUITE("base") {
+TEST_SUITE("unit.base") {
   TEST_CASE("a guard holds its lock for its scope and can drop and retake it") {
     Lock<LockRank::chan> l;
     {

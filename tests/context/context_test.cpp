@@ -107,7 +107,7 @@ long live_nodes_settled(long want) {
 
 }  // namespace
 
-TEST_SUITE("context") {
+TEST_SUITE("rt.context") {
   TEST_CASE("background: never done, no error, no deadline; works outside run") {
     auto check = [] {
       Context bg = Context::background();

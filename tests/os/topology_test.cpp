@@ -69,7 +69,7 @@ std::set<int> packages_of(const TopologyPlan& plan, int p, size_t from, size_t t
 
 }  // namespace
 
-TEST_SUITE("os.topology") {
+TEST_SUITE("unit.os.topology") {
   TEST_CASE("this machine: one P per CPU of the affinity mask, pinnable") {
     const int hw = corun::os::hardware_threads_in_affinity_mask();
     CHECK(hw >= 1);

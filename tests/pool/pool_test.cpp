@@ -510,7 +510,7 @@ void destroy_obj(void* p) noexcept {
 
 }  // namespace
 
-TEST_SUITE("pool.unit") {
+TEST_SUITE("unit.pool") {
   TEST_CASE("no runtime: empty pool, nullptr puts, factory calls, put then get") {
     basic_properties(false);
     Counters c;
@@ -651,7 +651,7 @@ TEST_SUITE("pool.unit") {
   }
 }
 
-TEST_SUITE("pool") {
+TEST_SUITE("rt.pool") {
   TEST_CASE("one P: empty pool, factory calls, private slot then array (Go's TestPool order)") {
     t::run([] { basic_properties(true); }, 1);
   }

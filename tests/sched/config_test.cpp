@@ -90,7 +90,7 @@ class EnvGuard {
 
 }  // namespace
 
-TEST_SUITE("config") {
+TEST_SUITE("unit.config") {
   TEST_CASE("nothing set gives every documented default") {
     const Settings s = parse_settings({});
     CHECK(s == Settings{});

@@ -175,7 +175,7 @@ struct Tracked {
 
 }  // namespace
 
-TEST_SUITE("chan") {
+TEST_SUITE("rt.chan") {
   TEST_CASE("recv on empty and send on full block; try_* and select-otherwise never block") {
     std::atomic<int> early{0}, wrong{0};
     t::run([&] {
@@ -1263,7 +1263,7 @@ TEST_SUITE("chan") {
 // through the scheduler), so the C++ exception state must travel on that path too: a
 // task parked in a catch block keeps its caught exception, and one parked in a
 // destructor during unwinding keeps std::uncaught_exceptions() == 1.
-TEST_SUITE("chan") {
+TEST_SUITE("rt.chan") {
   TEST_CASE("exception state survives direct task-to-task hand-offs") {
     corun::test::run([] {
       corun::Chan<int> a, b;

@@ -10,7 +10,7 @@
 #include "os/thread.hpp"
 #include "timer/timer.hpp"
 
-TEST_SUITE("timer.clock") {
+TEST_SUITE("unit.timer.clock") {
   TEST_CASE("deadline_after(0) is never below the clock read before it, on several threads") {
     auto check = [](int n, std::int64_t* below, std::int64_t* worst_above) {
       for (int i = 0; i < n; i++) {

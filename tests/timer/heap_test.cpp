@@ -18,7 +18,7 @@ using corun::sched::TimerHeap;
 using TimerNode = corun::sched::HeapNode;
 }  // namespace
 
-TEST_SUITE("timer.heap") {
+TEST_SUITE("unit.timer.heap") {
   TEST_CASE("empty heap") {
     TimerHeap h;
     CHECK(h.empty());
