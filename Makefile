@@ -103,9 +103,11 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@bash scripts/run-tests.sh $(B) "$(TEST_PROCS)"
 
+# Knobs (COUNT=, CPUS=, BENCHTIME=, ...: the header of scripts/bench-all) pass through the
+# environment; BENCH_ARGS='--section timers' runs one section, '--list' lists them.
 bench: deps
 	@$(MAKE) --no-print-directory all MODE=release SAN=
-	@bash scripts/bench-all.sh build
+	@python3 scripts/bench-all $(BENCH_ARGS) build
 
 install: $(B)/libcorun.a
 	install -d $(DESTDIR)$(PREFIX)/include/corun $(DESTDIR)$(PREFIX)/lib/pkgconfig
