@@ -326,11 +326,21 @@ class Driver(unittest.TestCase):
                              r" -4\d\.\d\d%  \(p=0\.008 n=5\+5\)")
             # Yield got slower on the new side: the summary names it
             summary = out[out.index("== summary"):]
-            self.assertIn("ns/op: 8 better, 2 worse, 0 ~ (of 10)", summary)
+            self.assertRegex(summary, r"sched\s+usleep100 -> spin3000\s+ns/op\s+8 better, "
+                                      r"2 worse, 0 ~ \(of 10\)")
             self.assertRegex(summary, r"sched\s+Yield\s+ns/op\s+10\d\.\d -> 20\d\.\d  \+9\d\.\d\d%")
             self.assertIn("failed runs: none", summary)
             self.assertIn("not passed to the runs", p.stderr)
             self.assertIn("[10/10 sched]", p.stderr)  # progress: a line per step off a tty
+            # --report prints the same tables again from the raw files, running nothing
+            os.remove(log)
+            r = subprocess.run([sys.executable, os.path.join(_DIR, "bench-all"), "--section",
+                                "sched", "--report", d], env=env, capture_output=True,
+                               text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertFalse(os.path.exists(log))
+            self.assertEqual(r.stdout[:r.stdout.index("== summary")],
+                             out[:out.index("== summary")])
 
 
 if __name__ == "__main__":

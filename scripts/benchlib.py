@@ -257,10 +257,12 @@ def fmt_spread(pct):
 
 
 def align(rows, left=1):
-    """Lines of rows of cells, columns two spaces apart: the first `left` columns
-    left-aligned, the others right-aligned; trailing blanks stripped."""
+    """Lines of rows of cells, columns two spaces apart: left-aligned the first `left`
+    columns (an int) or those whose indexes are in `left` (a set), the others
+    right-aligned; trailing blanks stripped."""
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w[i]) if i < left else c.rjust(w[i])
+    lefts = set(range(left)) if isinstance(left, int) else set(left)
+    return ["  ".join(c.ljust(w[i]) if i in lefts else c.rjust(w[i])
                       for i, c in enumerate(r)).rstrip() for r in rows]
 
 
