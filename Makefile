@@ -106,7 +106,7 @@ test: deps
 # Knobs (COUNT=, CPUS=, BENCHTIME=, ...: the header of scripts/bench-all) pass through the
 # environment; BENCH_ARGS='--section timers' runs one section, '--list' lists them.
 bench: deps
-	@$(MAKE) --no-print-directory all MODE=release SAN=
+	@$(MAKE) --no-print-directory all MODE=release SAN= >&2
 	@python3 scripts/bench-all $(BENCH_ARGS) build
 
 install: $(B)/libcorun.a
