@@ -120,9 +120,11 @@ test: deps check-layers
 	@$(MAKE) --no-print-directory $(TEST_BUILD)
 	@bash scripts/run-tests.sh $(B) "$(TEST_PROCS)"
 
+# Knobs (COUNT=, CPUS=, BENCHTIME=, ...: the header of scripts/bench-all) pass through the
+# environment; BENCH_ARGS='--section timers' runs one section, '--list' lists them.
 bench: deps
-	@$(MAKE) --no-print-directory all MODE=release SAN= RUNQ=
-	@bash scripts/bench-all.sh build
+	@$(MAKE) --no-print-directory all MODE=release SAN= RUNQ= >&2
+	@python3 scripts/bench-all $(BENCH_ARGS) build
 
 install: $(B)/libcorun.a
 	install -d $(DESTDIR)$(PREFIX)/include/corun $(DESTDIR)$(PREFIX)/lib/pkgconfig

@@ -1,6 +1,6 @@
 // perf/bench_context.cpp — context benchmarks: Go 1.19's context/benchmark_test.go under
 // Go's names, so scripts/go-compare pairs them with Go's own. WithTimeout/concurrency=N
-// is the context half of Go CL 34784's per-P timer table (scripts/bench-all.sh runs it
+// is the context half of Go CL 34784's per-P timer table (scripts/bench-all runs it
 // under CORUN_TIMERS=global and per-p).
 //
 // - WithTimeout/concurrency=40|4000|400000: first N/procs hour-long with_timeout contexts

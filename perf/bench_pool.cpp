@@ -1,7 +1,7 @@
 // perf/bench_pool.cpp — Pool benchmarks: Go 1.19's sync/pool_test.go suite and the
 // fmt_test.go Sprintf benchmarks of Go CL 46010043's scalable-Pool table, under Go's
-// names, so make bench prints that CL's table (CORUN_POOL=global vs sharded) and
-// scripts/go-compare pairs our rows with Go's own; and a malloc floor.
+// names, so scripts/bench-all prints that table (CORUN_POOL=global vs sharded, the CL's
+// deltas beside) and scripts/go-compare pairs our rows with Go's own; and a malloc floor.
 //
 // Objects: Item, 8 bytes (Go puts the int 1, an interface that allocates nothing). Every
 // loop runs in b.run_parallel (Go's RunParallel: one worker task per P). Pools are made

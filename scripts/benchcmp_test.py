@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Tests of scripts/benchcmp with hand-checked values. Run: python3 scripts/benchcmp_test.py"""
+"""Tests of scripts/benchcmp, scripts/benchlib.py (shared with go-compare and bench-all)
+and scripts/bench-all's driver (against a fake corun-bench), with hand-checked values.
+Run: python3 scripts/benchcmp_test.py"""
 
 import contextlib
 import importlib.machinery
@@ -8,14 +10,27 @@ import io
 import math
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import unittest
 
-_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchcmp")
-_loader = importlib.machinery.SourceFileLoader("benchcmp", _PATH)
-_spec = importlib.util.spec_from_loader("benchcmp", _loader)
-bc = importlib.util.module_from_spec(_spec)
-_loader.exec_module(bc)
+_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
+
+
+def _load(name):
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"),
+                                                  os.path.join(_DIR, name))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name,
+                                                                             loader))
+    loader.exec_module(module)
+    return module
+
+
+bc = _load("benchcmp")
+ba = _load("bench-all")
+import benchlib as bl  # noqa: E402  (benchcmp put scripts/ on the path)
 
 
 class MannWhitney(unittest.TestCase):
@@ -158,6 +173,174 @@ class Report(unittest.TestCase):
                     with self.assertRaises(SystemExit) as cm:
                         bc.main([old, new] + bad)
                 self.assertEqual(cm.exception.code, 2)
+
+
+
+class ExtraColumn(unittest.TestCase):
+    DELTAS = staticmethod(bl.published_deltas("""
+        Pool 1:-55.65 4:-98.53
+        Sleep 1:~ 2:-5.21
+    """))
+
+    def test_published_deltas_by_name_and_p(self):
+        self.assertEqual(self.DELTAS("Pool", "ns/op"), "-55.65%")
+        self.assertEqual(self.DELTAS("Pool-4", "ns/op"), "-98.53%")
+        self.assertEqual(self.DELTAS("Pool-2", "ns/op"), "-98.53% at 4P")  # next larger P
+        self.assertIsNone(self.DELTAS("Pool-8", "ns/op"))  # none larger
+        self.assertEqual(self.DELTAS("Sleep", "ns/op"), "~")
+        self.assertIsNone(self.DELTAS("Pool", "allocs/op"))  # time/op deltas only
+        self.assertIsNone(self.DELTAS("Other", "ns/op"))
+
+    def test_table_gains_the_column_only_where_it_has_values(self):
+        old = ["BenchmarkPool 1 %d ns/op 1 allocs/op" % v for v in (10, 11, 12)]
+        new = ["BenchmarkPool 1 %d ns/op 1 allocs/op" % v for v in (5, 6, 7)]
+        out = bl.compare(old, new, ("global", "sharded"), extra=("Go CL X", self.DELTAS))
+        ns, allocs = out.split("\n\n")
+        self.assertTrue(ns.splitlines()[0].endswith("Go CL X"))
+        self.assertTrue(ns.splitlines()[1].endswith("-55.65%"))
+        self.assertNotIn("Go CL X", allocs)
+        # without extra the text is benchcmp's, byte for byte
+        self.assertEqual(bl.compare(old, new), bc.compare(old, new))
+
+
+class Ratios(unittest.TestCase):
+    def test_renamer(self):
+        r = bl.renamer(bl.parse_map("CreateGoroutines=CreateTasks,PoolExpensiveNew="
+                                    "PoolExpensiveNew/trim=8MiB,WithTimeout=Deadline"))
+        self.assertEqual(r("CreateGoroutines-2"), "CreateTasks-2")
+        self.assertEqual(r("PoolExpensiveNew"), "PoolExpensiveNew/trim=8MiB")
+        self.assertEqual(r("WithTimeout/concurrency=40-2"), "Deadline/concurrency=40-2")
+        self.assertEqual(r("Other-4"), "Other-4")
+        self.assertEqual(bl.rename_lines(["goos: linux", "BenchmarkCreateGoroutines-2 10 5 ns/op"],
+                                         r), ["BenchmarkCreateTasks-2 10 5 ns/op"])
+
+    def test_ratio_tables(self):
+        go = bl.parse_results(["BenchmarkA 1 %d ns/op" % v for v in (100, 110, 120)]
+                              + ["BenchmarkGoOnly 1 5 ns/op"])
+        ours = bl.parse_results(["BenchmarkA 1 %d ns/op" % v for v in (40, 50, 60)])
+        rows = []
+        lines, unmatched = bl.ratio_tables(go, ours, rows_out=rows)
+        self.assertEqual(lines[0].split(), ["name", "go", "ns/op", "corun", "ns/op", "corun/go"])
+        self.assertEqual(lines[1].split(), ["A", "110.0", "50.00", "0.45x", "(p=0.100", "n=3+3)"])
+        self.assertEqual(unmatched, ["GoOnly"])
+        self.assertEqual((rows[0].old, rows[0].new, rows[0].n_old), (110, 50, 3))
+        self.assertAlmostEqual(rows[0].p, 0.1)
+        self.assertEqual(bl.fmt_ratio(0.000213), "0.00021x")
+
+    def test_medians_table_by_unit_and_by_name(self):
+        a = bl.parse_results(["BenchmarkX 1 10 ns/op 3 cpu%", "BenchmarkX 1 30 ns/op 5 cpu%",
+                              "BenchmarkY 1 7 ns/op"])
+        b = bl.parse_results(["BenchmarkX 1 20 ns/op 4 cpu%"])
+        by_unit = [l.split() for l in bl.medians_table(["a", "b"], [a, b])]
+        self.assertEqual(by_unit, [["name", "unit", "a", "b"], ["X", "ns/op", "20.00", "20.00"],
+                                   ["Y", "ns/op", "7.000", "-"], ["X", "cpu%", "4.000", "4.000"]])
+        by_name = [l.split()[:2] for l in bl.medians_table(["a", "b"], [a, b], by="name")]
+        self.assertEqual(by_name[1:], [["X", "ns/op"], ["X", "cpu%"], ["Y", "ns/op"]])
+        self.assertEqual(bl.medians_table(["a"], [a], units=["cpu%"])[1].split(),
+                         ["X", "cpu%", "4.000"])
+
+
+FAKE_BENCH = r"""#!/usr/bin/env python3
+# A fake corun-bench: -list prints names; -bench prints one result per name and P, whose
+# ns/op depends on CORUN_RUNNEXT_BACKOFF; every run is logged (env, flags) to $FAKE_LOG.
+import os, re, sys
+a = sys.argv[1:]
+names = ["CreateTasks", "Yield", "WaitGroupHandoff", "MutexHandoff", "CreateTasksParallel"]
+if a[0] == "-list":
+    print("\n".join("Benchmark" + n for n in names if re.search(a[1], n)))
+    sys.exit(0)
+opt = dict(zip(a[0::2], a[1::2]))
+backoff = os.environ.get("CORUN_RUNNEXT_BACKOFF", "default")
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write("%s %s\n" % (backoff, " ".join(a)))
+with open(os.environ["FAKE_LOG"] + ".n", "a+") as f:
+    f.seek(0)
+    k = len(f.read())
+    f.write("x")
+print("goos: linux\npkg: corun")
+for n in names:
+    if re.search(opt["-bench"], n):
+        for p in opt.get("-cpu", "1").split(","):
+            base = 200 if backoff == "usleep:100" else 100
+            if n == "Yield":
+                base = 300 - base  # the new side is slower: a regression
+            print("Benchmark%s%s 1000 %d ns/op" % (n, "" if p == "1" else "-" + p, base + k))
+print("PASS")
+"""
+
+
+class Driver(unittest.TestCase):
+    def test_sections_are_consistent(self):
+        names = [s.name for s in ba.SECTIONS]
+        self.assertEqual(len(names), len(set(names)))
+        for sec in ba.SECTIONS:
+            settings = [s.name for s in sec.settings]
+            self.assertEqual(len(settings), len(set(settings)), sec.name)
+            for knob in (sec.count, sec.cpus, sec.benchtime):
+                self.assertTrue(knob in ba.KNOBS or not knob.isupper(), (sec.name, knob))
+            for t in sec.tables:
+                for attr in ("old", "new", "floor"):
+                    if hasattr(t, attr):
+                        self.assertIn(getattr(t, attr), settings, (sec.name, attr))
+                for s in getattr(t, "settings", None) or []:
+                    self.assertIn(s, settings, sec.name)
+            for s in sec.settings:
+                for b in (s.benches or sec.benches):
+                    self.assertTrue(b.go if s.go else b.ours, (sec.name, s.name))
+            self.assertNotIn("the seed", sec.title)
+
+    def test_knobs_and_durations(self):
+        k = ba.Knobs({"COUNT": "7"})
+        self.assertEqual(k.get("TIMER_COUNT"), "7")  # defaults to $COUNT
+        self.assertEqual(k.get("POOL_CPUS"), "1,2,8,16")
+        self.assertEqual(k.get("2"), "2")  # a literal
+        self.assertEqual(ba.Knobs({"COUNT": "0", "CPUS": "1,x"}).check()[0][:7], "COUNT=0")
+        self.assertEqual(len(ba.Knobs({"BENCHTIME": "3 s"}).check()), 1)
+        self.assertEqual(ba.parse_duration("1m30s"), 90)
+        self.assertAlmostEqual(ba.parse_duration("300ms"), 0.3)
+        self.assertIsNone(ba.parse_duration("300"))
+
+    def test_a_section_alternates_writes_raw_files_and_summarises(self):
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "corun-bench")
+            with open(fake, "w") as f:
+                f.write(FAKE_BENCH)
+            os.chmod(fake, 0o755)
+            log = os.path.join(d, "log")
+            env = dict(os.environ, FAKE_LOG=log, COUNT="5", CPUS="1,2",
+                       CORUN_RUNNEXT_BACKOFF="usleep:3")  # must not reach the runs
+            p = subprocess.run([sys.executable, os.path.join(_DIR, "bench-all"), "--section",
+                                "sched", d], env=env, capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(log) as f:
+                order = [line.split()[0] for line in f]
+            self.assertEqual(order, ["usleep:100", "default"] * 5)  # A B A B ...
+            out = p.stdout
+            self.assertIn("== scheduler: runnext backoff usleep:100 (Go before CL 20835)", out)
+            self.assertIn("raw: ", out)
+            self.assertNotIn("goos:", out)  # raw lines stay in the files
+            raw = os.path.join(d, "bench", "sched-spin3000.txt")
+            self.assertEqual(len(bl.read_results(raw)[0][("Yield-2", "ns/op")]), 5)
+            self.assertIn("CreateTasks-2", bc.compare(bl.read_lines(raw), bl.read_lines(raw)))
+            self.assertRegex(next(l for l in out.splitlines() if l.startswith("CreateTasks ")),
+                             r" -4\d\.\d\d%  \(p=0\.008 n=5\+5\)")
+            # Yield got slower on the new side: the summary names it
+            summary = out[out.index("== summary"):]
+            self.assertRegex(summary, r"sched\s+usleep100 -> spin3000\s+ns/op\s+8 better, "
+                                      r"2 worse, 0 ~ \(of 10\)")
+            self.assertRegex(summary, r"sched\s+Yield\s+ns/op\s+10\d\.\d -> 20\d\.\d  \+9\d\.\d\d%")
+            self.assertIn("failed runs: none", summary)
+            self.assertIn("not passed to the runs", p.stderr)
+            self.assertIn("[10/10 sched]", p.stderr)  # progress: a line per step off a tty
+            # --report prints the same tables again from the raw files, running nothing
+            os.remove(log)
+            r = subprocess.run([sys.executable, os.path.join(_DIR, "bench-all"), "--section",
+                                "sched", "--report", d], env=env, capture_output=True,
+                               text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertFalse(os.path.exists(log))
+            self.assertEqual(r.stdout[:r.stdout.index("== summary")],
+                             out[:out.index("== summary")])
 
 
 if __name__ == "__main__":

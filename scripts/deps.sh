@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages corun needs to build, test and benchmark, and does
 # nothing when all are present (so `make test` can call it every time). apt-get as root,
-# sudo otherwise. Go (golang-go) is only for scripts/go-compare and is not installed here.
+# sudo otherwise. Go (golang-go) is only for scripts/go-compare and make bench's corun-vs-Go
+# sections, and is not installed here.
 # Usage: scripts/deps.sh [clang]   (clang: also clang++, for `make tsa` only)
 set -euo pipefail
 pkgs=(g++ make pkg-config python3 libhwloc-dev hwloc libnuma-dev libjemalloc-dev doctest-dev
