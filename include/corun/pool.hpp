@@ -23,8 +23,8 @@
 // Memory: sizeof(Pool<T>) is a std::function plus two pointers (48 bytes); the pool's
 // state (128 bytes) is allocated with it; in a run with P Ps, the first use adds the
 // shard table (24 + 8·P bytes rounded up to 64, once per run) and each P's first use a
-// 256-byte shard, plus a 128-byte batch node per batch in flight. See the README for the
-// figures.
+// 256-byte shard, plus a 128-byte batch node per batch in flight. Measured figures:
+// perf/RESULTS.md.
 //
 // A Pool must outlive every get/put on it; it may be a global and be used across runs.
 // It is neither copyable nor movable (its per-P caches are keyed by its address).
