@@ -11,7 +11,8 @@
 # RUNQ add a folder of their own below that (build/runq4, build/asan/runq4, ...).
 # Sanitizer builds leave jemalloc out (CORUN_NO_JEMALLOC) so the sanitizers see every
 # allocation, and use bigger task stacks (instrumented frames are larger). The ASan build
-# also turns on the debug-only invariant walks (CORUN_DEBUG_CHECKS, src/sched/check.hpp).
+# also turns on the debug-only invariant walks (CORUN_DEBUG_CHECKS, src/base/check.hpp)
+# and with them the lock-rank check (src/base/lock.hpp).
 
 MODE ?= release
 SAN ?=

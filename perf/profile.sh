@@ -6,10 +6,8 @@
 #                                              where the CPU exposes no hardware counters
 #   perf/profile.sh record REGEX [-cpu N ...]   perf record -g (frame pointers: corun and
 #                                              its tasks keep them) + the top of the report
-#   perf/profile.sh probes REGEX [-cpu N ...]   counts of corun's USDT probes (spawn, park,
-#                                              ready, steal, spinning_idle, chan_block,
-#                                              select_block, chan_close, timer_fire,
-#                                              timer_watch)
+#   perf/profile.sh probes REGEX [-cpu N ...]   counts of every USDT probe of corun
+#                                              (the list: src/base/probes.hpp)
 # Extra arguments go to build/corun-bench (e.g. -cpu 2 -benchtime 100000x). Set
 # CMD="./app args" to profile another program instead. Output files go to build/perf/.
 set -euo pipefail

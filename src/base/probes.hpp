@@ -11,7 +11,7 @@
 //   select_block(ncases)         a select with ncases non-nil cases waits on all of them
 //   chan_close(chan, woken)      channel chan was closed, waking `woken` waiters
 //   timer_fire(n, late_ns)       a timer heap fired n timers; the first was late_ns late
-//   timer_watch(until_ns)        the idle watcher M sleeps until until_ns (-1: no timer)
+//   timer_watch(until_ns)        the idle wait sleeps until until_ns (-1: no timer)
 //   pool_spill(pool, n)          a P's full cache sent a batch of n objects to the depot
 //   pool_refill(pool, n)         a P's empty cache took a batch of n objects from it
 //   pool_trim(freed, nodes)      a trim destroyed `freed` idle objects, `nodes` batch nodes
