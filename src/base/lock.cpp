@@ -1,4 +1,5 @@
-// base/lock.cpp — the lock-rank check (base/lock.hpp), compiled where CORUN_LOCK_RANKS is on.
+// base/lock.cpp — the spin lock's contended path, and the lock-rank check (base/lock.hpp),
+// compiled where CORUN_LOCK_RANKS is on.
 //
 // Each thread keeps the locks it holds in a small array, in acquisition order. An acquire
 // compares the new lock's rank with every held one (a thread rarely holds more than
@@ -10,6 +11,30 @@
 // partial-order table): with a total order, comparing against all held ranks costs the
 // same and also catches an inversion hidden under a same-rank pair.
 #include "base/lock.hpp"
+
+#include <sched.h>
+
+namespace corun::base {
+
+// Exponential backoff between looks at the word: a contender polling every PAUSE keeps
+// pulling the line (which holds the channel's hot fields too) away from the holder
+// mid-critical-section; Go's lock polls every 30 PAUSEs. After 16 rounds, sched_yield:
+// a holder preempted by the kernel (more Ps than cores) gets the CPU.
+__attribute__((noinline, cold)) void spin_acquire_contended(
+    std::atomic<std::uint32_t>& l) noexcept {
+  for (int pauses = 1, spins = 0;;) {
+    for (int k = 0; k < pauses; k++) cpu_relax();
+    if (pauses < 32) pauses *= 2;
+    if (l.load(std::memory_order_relaxed) == 0 && l.exchange(1, std::memory_order_acquire) == 0)
+      return;
+    if (++spins >= 16) {
+      sched_yield();
+      spins = 0;
+    }
+  }
+}
+
+}  // namespace corun::base
 
 #if CORUN_LOCK_RANKS
 

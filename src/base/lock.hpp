@@ -41,8 +41,6 @@
 // not a fancier lock.
 #pragma once
 
-#include <sched.h>
-
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -139,21 +137,13 @@ inline int ranks_held() noexcept {
 // ---- the spin word ---------------------------------------------------------------------
 // 0 free, 1 held. acquire on taking it: the critical section sees the previous holder's
 // writes; release on dropping it: publishes the critical section.
+// The contended path (lock.cpp) is out of line and cold: inlined, its loop made every
+// function that takes a lock save five callee-saved registers on its fast path too.
+void spin_acquire_contended(std::atomic<std::uint32_t>& l) noexcept;
 inline void spin_acquire(std::atomic<std::uint32_t>& l) noexcept {
-  if (l.exchange(1, std::memory_order_acquire) == 0) return;
-  // Exponential backoff between looks at the word: a contender polling every PAUSE keeps
-  // pulling the line (which holds the channel's hot fields too) away from the holder
-  // mid-critical-section; Go's lock polls every 30 PAUSEs.
-  for (int pauses = 1, spins = 0;;) {
-    for (int k = 0; k < pauses; k++) cpu_relax();
-    if (pauses < 32) pauses *= 2;
-    if (l.load(std::memory_order_relaxed) == 0 && l.exchange(1, std::memory_order_acquire) == 0)
-      return;
-    if (++spins >= 16) {
-      sched_yield();
-      spins = 0;
-    }
-  }
+  if (l.exchange(1, std::memory_order_acquire) == 0) [[likely]]
+    return;
+  spin_acquire_contended(l);
 }
 
 inline bool spin_try_acquire(std::atomic<std::uint32_t>& l) noexcept {

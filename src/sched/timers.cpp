@@ -56,7 +56,7 @@ bool Timers::publish() noexcept {
   return e < old;
 }
 
-Timers* Timers::lock_owner(const TimerNode* t) noexcept {
+[[gnu::always_inline]] inline Timers* Timers::lock_owner(const TimerNode* t) noexcept {
   Timers* b = t->owner.load(std::memory_order_acquire);
   if (!b) return nullptr;
   b->lock_.lock();

@@ -115,8 +115,6 @@ class alignas(64) Timers {
   // At runtime destruction: every armed node leaves the heap through abandon().
   void drain() noexcept;
 
-  Runtime* rt = nullptr;  // the runtime whose idle M add() wakes; immutable after boot
-
  private:
   friend bool sleep_until(TimerNode* t, std::int64_t when);
   static void sleep_commit(void* arg) noexcept;  // sleep_until's park commit
@@ -131,6 +129,9 @@ class alignas(64) Timers {
   TimerHeap heap_ CORUN_GUARDED_BY(lock_);
   // heap_.earliest(), published; written under lock_, read lock-free (see the header).
   std::atomic<std::int64_t> earliest_{TimerHeap::kNever};
+
+ public:
+  Runtime* rt = nullptr;  // the runtime whose idle M add() wakes; immutable after boot
 };
 
 // Sleep: if the caller is a task that may park (sched/park.hpp can_park), arms t at `when`
