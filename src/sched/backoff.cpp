@@ -9,20 +9,16 @@
 // on the pause instruction for a calibrated number of nanoseconds. usleep and yield stay
 // selectable to reproduce Go's before and after.
 // Rejected: stopping the spin as soon as the slot changes (polling it every ~50 ns). The
-// owner writes runnext at every spawn and hand-off, so the polling thief bounced that
-// cache line: CreateTasks-2 took 81.6 ns/op polling vs 57.9 without (median of 5, this
-// machine). The thief has nothing else to do meanwhile, so ending early bought nothing.
-// The default, spin:3000, from channel measurements at 2 Ps (this 2-core VM, 6 runs
-// each, medians, scripts/benchcmp): ChanSync, Chain, WaitGroupHandoff and the
-// request/response latencies show no significant time difference between spin:1000,
-// 3000, 10000, 30000, usleep:3 and usleep:100; CPU for ChanSync is lowest with
-// spin:3000 (108% vs 136% for usleep:3, whose timer syscalls cost more than the spin,
-// and 154% for spin:30000). The exception is ChanSyncWork-2 (2.9 µs of work between
-// hand-offs): usleep:100 is 10% faster and uses 16% less CPU than spin:3000, because a
-// thief asleep in usleep still counts as spinning, so producers skip the futex wake of
-// an idle M: 9.9k futex calls per 100k ops against 75k with spin:3000, whose thief gives
-// up within 3 µs, idles, and is woken again by the next hand-off. Keeping a thief that
-// lost the runnext race "spinning" (cheaply) for longer is the follow-up.
+// owner writes runnext at every spawn and hand-off, so a polling thief bounces that cache
+// line and slows the owner down; the thief has nothing else to do meanwhile, so ending
+// early buys nothing.
+// The default, spin:3000: spin lengths from 1 to 30 µs and usleep:3/100 give the same
+// hand-off times at 2 Ps, and 3 µs costs the least CPU (a usleep's timer syscalls cost
+// more than the spin; longer spins burn more). Where hand-offs are a few µs of work apart,
+// usleep:100 does better: a thief asleep in usleep still counts as spinning, so producers
+// skip the futex wake of an idle M, while a spinning thief gives up within 3 µs, idles,
+// and is woken again by the next hand-off. Keeping a thief that lost the runnext race
+// "spinning" (cheaply) for longer is the follow-up.
 #include <sched.h>
 #include <unistd.h>
 

@@ -137,8 +137,8 @@ bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
   std::int64_t window = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
   if (window < kShortWaitNs) window = kShortWaitNs;
   if (e - now > window) return false;
-  // The kernel wakes a thread ~10-20 µs late on this VM even with 1 ns slack, and the
-  // sleep and wake cost ~5 µs of syscalls: wait here, holding the P, as Go's spinning Ms do.
+  // A futex sleep can wake 10-20 µs late even with 1 ns slack, and the sleep and wake cost
+  // ~5 µs of syscalls: wait here, holding the P, as Go's spinning Ms do.
   while (static_cast<std::int64_t>(os::monotonic_ns()) < e) {
     arch::cpu_relax();  // one PAUSE per clock read: the wait is short
     if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||

@@ -22,8 +22,8 @@
 // Rejected: every idle M sleeping until the earliest deadline (a thundering herd on 128
 // cores for one timer); a dedicated timer thread (Go before 1.14: one more thread hop
 // before the woken task runs); handing the wait to another idle M whenever the waiter
-// takes a P (a futex wake before the woken task can run: ~4.5 futex calls per
-// sleep(50µs) at 2 Ps against ~1 when the wait is left vacant until an M idles next).
+// takes a P (a futex wake before the woken task can run, several futex calls per sleep
+// where leaving the wait vacant until an M idles next costs about one).
 #pragma once
 
 #include <atomic>

@@ -5,8 +5,8 @@
 // The Runtime stays opaque here: callers hold a Runtime* only to pass it back (as a key
 // for "the same run", or to safepoint.hpp). Every answer is a snapshot that holds until
 // the caller's next park or yield: a task may resume on another P of the same run.
-// Rejected: exposing P and M (the old design: the pool read m->curg, rt->settings and
-// p->numa_node directly, so a change to the scheduler's records reached into pool/).
+// Rejected: exposing P and M (a pool reading m->curg, rt->settings and p->numa_node
+// directly would be reached by every change to the scheduler's records).
 #pragma once
 
 #include <cstdint>

@@ -74,7 +74,7 @@ P* pidleget(Runtime* rt, P* pref) noexcept {
 
 namespace {
 // An idle M for p: preferably one already pinned to p's CPU (a re-pin migrates the
-// thread: ~50 µs of sched_setaffinity on this VM), else the most recently idled one.
+// thread: ~50 µs of sched_setaffinity), else the most recently idled one.
 // Removes it from the idle list; nullptr if the list is empty. Under rt->lock.
 M* midleget(Runtime* rt, P* p) noexcept {
   M** at = &rt->midle;

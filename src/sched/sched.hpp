@@ -24,9 +24,9 @@
 // (the commit hook releases the wait list's lock) or the stack recycled, so no task is
 // resumed while still on its way out. Everything else (nothing local, the global queue's
 // turn, yield, blocking(), shutdown) goes through g0, which runs find_runnable().
-// Rejected: always through g0 (simpler: one resume site), measured 144 vs 136 ns per
-// unbuffered ping-pong round trip at 1 P, and it doubles the switches of every hand-off;
-// a post-switch hook in every waker (boost's ontop_fcontext) — two resume sites suffice.
+// Rejected: always through g0 (simpler: one resume site, but it doubles the switches of
+// every hand-off); a post-switch hook in every waker (boost's ontop_fcontext) — two
+// resume sites suffice.
 //
 // What changes on 2 sockets × 64 cores: the idle lists and the global queue are single
 // cache lines shared by 128 threads; they are touched only on idle/wake transitions and

@@ -151,9 +151,8 @@ namespace {
 // stack (the map budget ran out). The saved stack pointer is checked at every switch; the
 // canary at the stack's end when the task exits or is parked deep (lowest quarter).
 // Reading the canary at every switch would fault in the bottom page of every parked task
-// — a whole resident page on kernels that do not map the zero page for read faults (this
-// VM's: measured 4 KiB per task). Until the check, the unused page below an unguarded
-// stack absorbs up to 4 KiB.
+// — a whole resident page per task on kernels that do not map the zero page for read
+// faults. Until the check, the unused page below an unguarded stack absorbs up to 4 KiB.
 void check_left_stack(M* m, Task* t, bool exiting) noexcept {
   if (t->stack.guarded) return;
   auto lo = reinterpret_cast<std::uint64_t>(t->stack.lo);
@@ -168,8 +167,7 @@ void check_left_stack(M* m, Task* t, bool exiting) noexcept {
 // Every kTimerCheckEvery direct switches of a P with timers, one clock read: true if its
 // earliest timer is due, so the switch goes through g0, whose find_runnable runs it and
 // puts the task it wakes in runnext. Without it a timer waits for the 61st switch, i.e.
-// behind every runnable task (100 tasks sleeping 1 µs each woke ~12 µs late). Costs one
-// relaxed load per switch when the P has no timer.
+// behind every runnable task. Costs one relaxed load per switch when the P has no timer.
 constexpr std::uint32_t kTimerCheckEvery = 8;
 bool timer_due_check(P* p) noexcept {
   std::int64_t e = p->timers->next();

@@ -31,8 +31,8 @@
 // Rejected: a lock-free heap (stop/reset from other Ps need the index under a lock
 // anyway); std::mutex (a task holding it must not put its M's thread to sleep while it
 // holds a P; the hold is a heap sift, a few hundred ns at most); function pointers the
-// timer layer registers at start-up (the old design: a deadline crossed the boundary
-// through two hooks; now the node carries its own fire(), as Go's timer carries f).
+// timer layer registers at start-up (two hooks crossing the layer boundary where the
+// node can carry its own fire(), as Go's timer carries f).
 // On 2 sockets × 64 cores: TimerSet::next() reads one line per P on each idle pass; a
 // per-node summary of the earliest deadlines would bound that.
 #pragma once
