@@ -13,8 +13,8 @@
  * Rejected: `ret` (push rip; ret) to resume -- it trips a CET shadow stack and mispredicts the
  * return stack buffer just the same; saving all of MXCSR's status flags separately -- stmxcsr
  * stores control and flags together and flags are caller-saved, so carrying them is harmless.
- * Unconditional ldmxcsr/fldcw: they serialise the FP pipeline, ~8 ns per switch measured;
- * the loads are skipped when the control state is unchanged (see below).
+ * Unconditional ldmxcsr/fldcw: they serialise the FP pipeline, ~8 ns per switch; the
+ * loads are skipped when the control state is unchanged (see below).
  *
  * Compiles to nothing on other architectures so the build can list both .S files.
  */
@@ -53,9 +53,9 @@ corun_context_switch:
         movq    CORUN_CTX_X64_R15(%rsi), %r15
         /* Reload the FP control state only if its control bits differ (they almost never
          * do: a task that changed its rounding mode). ldmxcsr/fldcw serialise the FP
-         * pipeline; skipping them cut ChanSync (one switch per hand-off) from ~65 to
-         * ~57 ns/op on this EPYC. MXCSR bits 0-5 are the sticky status flags, which the
-         * ABI does not preserve: set by any inexact operation, they must not force a load. */
+         * pipeline, a cost on every channel hand-off. MXCSR bits 0-5 are the sticky status
+         * flags, which the ABI does not preserve: set by any inexact operation, they must
+         * not force a load. */
         movl    CORUN_CTX_X64_MXCSR(%rsi), %eax
         xorl    CORUN_CTX_X64_MXCSR(%rdi), %eax
         testl   $0xffc0, %eax

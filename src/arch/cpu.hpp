@@ -36,8 +36,8 @@ namespace corun::arch {
 
 // Hint to the core that this is a spin-wait iteration (defined in base/cpu_relax.hpp, below
 // the lock that spins with it). Cost varies by core: ~140 cycles on Intel Skylake and
-// later, a few on AMD Zen 1, ~65 on Zen 2 (measured: ~19 ns = ~40 TSC ticks on the AMD EPYC
-// dev VM). spin.hpp measures it at start-up: pause_cost_ns().
+// later, a few on AMD Zen 1, ~65 on Zen 2. spin.hpp measures it at start-up:
+// pause_cost_ns().
 using base::cpu_relax;
 
 // A cheap monotonic tick counter. Units: TSC ticks (x86), generic-timer ticks (aarch64,

@@ -5,8 +5,8 @@
 //  2. Rate: read CLOCK_MONOTONIC and cycles() together (counter read on both sides of the clock
 //     read, tightest of 8 tries), busy-wait ~2 ms on the clock, read both again; ticks/ns =
 //     dcycles/dns. Preemption inside the window does not bias the ratio (both clocks keep
-//     running); 2 ms makes the ~20 ns pairing error 1e-5. (A single unbracketed pair read
-//     1% low in a GCC -fsanitize=thread build: one slow clock read skews it.)
+//     running); 2 ms makes the ~20 ns pairing error 1e-5. (A single unbracketed pair is
+//     skewed by one slow clock read, e.g. a sanitizer's interceptor.)
 //  3. If any check fails, all spins use CLOCK_MONOTONIC ns ("clock fallback"). Where the
 //     hardware states the counter frequency (aarch64 CNTFRQ_EL0) and the measurement agrees
 //     within 1%, the stated value is used: it is exact.

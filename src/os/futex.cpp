@@ -1,4 +1,7 @@
-// os/futex.cpp — raw futex(2) calls; see futex.hpp for the contract.
+// os/futex.cpp — the futex(2) calls behind os/futex.hpp: private waits and wakes through
+// syscall(SYS_futex), which glibc does not wrap. Results come back as errno values and
+// nothing here retries: every caller re-checks its own condition in a loop, which covers
+// EINTR and spurious wake-ups alike.
 #include "os/futex.hpp"
 
 #include <linux/futex.h>

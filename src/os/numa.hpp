@@ -15,8 +15,8 @@
 // thread's node. The mbind in the extent hook removes that dependence; MPOL_PREFERRED
 // (not BIND) falls back to another node instead of OOM-killing when the node is full.
 // Still, the sched layer should allocate and initialise P-local data on the pinned P
-// thread where it can: the cache lines then start in that P's caches. On this 1-node
-// build machine the hook binds to node 0, which is harmless and keeps the path tested.
+// thread where it can: the cache lines then start in that P's caches. On a 1-node machine
+// the hook binds to node 0, which is harmless and keeps the path tested.
 //
 // Rejected: libnuma's numa_alloc_onnode (an mmap per call: page granularity, a syscall
 // per allocation, a VMA each); one global arena plus mbind per allocation (splits VMAs

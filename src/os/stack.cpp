@@ -10,8 +10,8 @@
 //  - release() is noexcept and must not allocate: carve_locked() grows hot_/cold_ capacity
 //    ahead so that a push_back never reallocates (both capacities >= carved_).
 //  - The signal handler reads only tls_running_stack (initial-exec TLS, constinit),
-//    g_page and g_prev, and calls only async-signal-safe functions (sigaction, raise,
-//    write, abort).
+//    g_page and g_prev_segv/g_prev_bus, and calls only async-signal-safe functions (sigaction,
+//    raise, write, abort).
 #include "os/stack.hpp"
 
 #include <fcntl.h>

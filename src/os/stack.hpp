@@ -53,14 +53,14 @@
 //  - Freeing released stacks back to the OS (munmap): carved slots are reused; memory of
 //    stacks beyond keep_hot is returned with MADV_DONTNEED instead, which keeps the
 //    address range and its guard (no map-entry churn, no new mprotect).
-//  - One madvise per released stack: measured ~100 µs each on this project's 2-vCPU VM, and
-//    each call flushes the TLB of every CPU running the process (IPIs on a many-core box).
+//  - One madvise per released stack: ~100 µs each on a small VM, and each call flushes
+//    the TLB of every CPU running the process (IPIs on a many-core box).
 //  - Transparent huge pages on slabs: touching one stack's top page would fault in a
 //    2 MiB page spanning ~30 stacks; slabs are MADV_NOHUGEPAGE.
 //
 // Cost to know: reading the canary faults in the lowest page of the stack. Most kernels
-// map the shared zero page for that (no memory); some (this project's VM) allocate a
-// page, so the scheduler reads it only at exit or when the task is deep in its stack.
+// map the shared zero page for that (no memory); some allocate a page, so the scheduler
+// reads it only at exit or when the task is deep in its stack.
 // Weakness of a zero canary: an overflow that writes zeros over those 16 bytes goes
 // unnoticed (the scheduler also checks the saved stack pointer at every switch).
 //

@@ -1,4 +1,7 @@
-// os/thread.cpp — see thread.hpp.
+// os/thread.cpp — per-thread OS settings (contract: thread.hpp): timer slack through
+// prctl(PR_SET_TIMERSLACK), the thread's name through pthread_setname_np. Each acts on the
+// calling thread only. A name is a debugging aid, so a failure to set it is ignored; a
+// refused slack is reported to the caller as an errno value.
 #include "os/thread.hpp"
 
 #include <pthread.h>

@@ -283,7 +283,7 @@ TopologyPlan plan_from(hwloc_topology_t t, const TopologyRequest& req, bool real
   }
 
   // Sort keys, see topology.hpp: (tier, latency, other package, rotation) packed into one
-  // integer, most significant first, so the nprocs^2 sort compares words (256 Ps: ~0.3 ms).
+  // integer, most significant first, so the nprocs^2 sort compares words.
   // Bits: tier 63..60, latency 59..22 (SLIT values are < 256; clamped), other package 21,
   // rotation 20..0 (nprocs <= kMaxProcs or PUs, both < 2^21).
   auto shared = [](int a, int b) { return a >= 0 && a == b; };

@@ -43,9 +43,8 @@
 // reading the process-wide binding (HWLOC_CPUBIND_PROCESS walks /proc/self/task and ORs
 // masks, including threads a previous run() pinned) - the caller's own mask is what the
 // user set with taskset/cgroups. Cost: the real machine's hwloc topology is loaded once per
-// process and cached (plugin loading and sysfs discovery: ~20 ms on the 2-CPU build VM, more
-// on big machines); each call then reads the affinity mask and sorts nprocs^2 integer keys
-// (256 Ps: about 1 ms).
+// process and cached (plugin loading and sysfs discovery: ~20 ms on a small machine, more
+// on big ones); each call then reads the affinity mask and sorts nprocs^2 integer keys.
 #pragma once
 
 #include <string>
