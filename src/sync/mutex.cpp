@@ -15,8 +15,8 @@
 // Lifetime: unlock's slow path touches *this after dropping the held bit only when some
 // waiter is counted; counted waiters cannot have returned, so a mutex that is unlocked
 // and destroyed as soon as no one waits on it is safe (as with Go's).
-// Rejected: FIFO hand-off on every contended unlock (the first version): every hand-off
-// waits for a wake-up and a switch, a lock convoy; 3-4x Go's time under contention.
+// Rejected: FIFO hand-off on every contended unlock: every hand-off waits for a wake-up
+// and a switch, a lock convoy under contention.
 #include <cstdio>
 #include <cstdlib>
 

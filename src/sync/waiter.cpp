@@ -1,4 +1,8 @@
-// sync/waiter.cpp — see waiter.hpp.
+// sync/waiter.cpp — the wait lists of WaitGroup and Mutex (contract: waiter.hpp): FIFO
+// links under the list's spin lock, and the wait itself. A task parks with the list
+// locked and the park commit drops the lock once the task is off its stack; a foreign
+// thread drops the lock and sleeps on its waiter's futex word, which the waker sets with
+// release before the futex wake, so a waiter that sees it set never sleeps.
 #include "sync/waiter.hpp"
 
 #include "os/futex.hpp"
