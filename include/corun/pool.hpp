@@ -41,7 +41,7 @@ namespace corun {
 
 namespace detail {
 // The type-erased pool (src/pool/pool.cpp). get/put are called from tasks on any P and
-// from any thread; see pool.cpp for the ownership of each part.
+// from any thread; see pool_state.hpp for the ownership of each part.
 class PoolCore {
  public:
   using Destroy = void (*)(void*) noexcept;
@@ -55,10 +55,10 @@ class PoolCore {
 
  private:
   friend struct PoolAccess;  // pool.cpp
-  // The current run's shard table (pool.cpp ShardTable): published with release by the
+  // The current run's shard table (pool_state.hpp ShardTable): published with release by the
   // depot lock's holder, loaded with acquire on every get/put. Read-mostly.
   std::atomic<void*> table_{nullptr};
-  void* state_ = nullptr;  // pool.cpp PoolState: depot, victims, registry link
+  void* state_ = nullptr;  // pool_state.hpp PoolState: depot, victims, registry link
 };
 }  // namespace detail
 

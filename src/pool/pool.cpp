@@ -7,8 +7,8 @@
 // RMW, no lock. It is safe without them because a task never parks inside get/put (it
 // stays on its P) and every other party touching the shard does it at a safe point of
 // that P (pool_state.hpp). Every slow path below is a tail call from get/put, so their
-// fast paths push nothing (no callee-saved registers, no frame): a call with the install
-// in line pushed four registers, and a Pool op took 1.57x as long.
+// fast paths push nothing (no callee-saved registers, no frame): with the install in
+// line, every get/put would save four registers first.
 // Slow paths, each O(1):
 //   put, array full: the oldest kBatch objects move into a batch node (one of the shard's
 //     spare nodes: no allocation in steady state), which goes on the shard's own stack of
@@ -152,7 +152,7 @@ __attribute__((noinline)) void spill(PoolState* st, Shard* s, void* x) noexcept 
   }
   b->n = kBatch;
   // The halves do not overlap (kLocalCap == 2 * kBatch): two fixed-size copies the
-  // compiler inlines, where a memmove was a call into libc.
+  // compiler inlines, where a memmove would be a call into libc.
   static_assert(kLocalCap == 2 * kBatch);
   std::memcpy(b->items, s->local, sizeof(void*) * kBatch);
   std::memcpy(s->local, s->local + kBatch, sizeof(void*) * (kLocalCap - kBatch));
@@ -369,7 +369,7 @@ inline Shard* current_shard(const PoolCore& c) noexcept {
 
 // On a P without a shard: install one (unless this run is in global mode), else the depot.
 // get_slow and put_slow test global_run themselves rather than leave it to install():
-// one more call per op made the old design's get/put 1.4-1.7x slower at 1 P.
+// one more call per op would slow down CORUN_POOL=global, the A/B's baseline.
 __attribute__((noinline)) void* get_slow(PoolCore& c) noexcept {
   PoolState* st = PoolAccess::state(c);
   const sched::ProcTls& me = sched::tls_proc;

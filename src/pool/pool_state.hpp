@@ -22,14 +22,15 @@
 // 1..kBatch objects, in `empty` and a shard's `spare` none.
 // Why a shard keeps its own stack of full batches (Bonwick's magazine layer: a CPU keeps
 // a loaded and a previous magazine so that it does not hit the depot at every magazine
-// boundary): Go's PoolOverflow (100 puts, 100 gets per P) sent 5 batches each way through
-// the depot per round, and at 2 Ps the depot's line bounced between the cores: 2-3 µs
-// per round against 0.7 µs at 1 P. With 4 own batches (85 objects per P before the depot)
-// most rounds stay on the P. Rejected: a bigger array (every shard pays for it, used or
-// not; batch nodes are allocated only by a P that overflows).
+// boundary): with the array alone, Go's PoolOverflow (100 puts, 100 gets per P) sends 5
+// batches each way through the depot per round, and the depot's line bounces between the
+// cores. With 4 own batches (85 objects per P before the depot) most rounds stay on the
+// P. Rejected: a bigger array (every shard pays for it, used or not; batch nodes are
+// allocated only by a P that overflows).
 // What changes on 2 sockets × 64 cores: the depot is one lock and one line for all 128
 // Ps; the batch transfer makes a P touch it once per kBatch overflowing puts, which the
-// Go CL 46010043 found enough at 32 Ps. A per-node depot would be the next step if perf shows it.
+// Go CL 46010043 found enough at 32 Ps. A per-node depot would be the next step if perf
+// shows it.
 #pragma once
 
 #include <atomic>
@@ -55,7 +56,7 @@ struct alignas(64) Shard {
   std::uint16_t nfull = 0, nspare = 0;
   void* local[kLocalCap];  // LIFO: local[n-1] is the most recently put (warmest)
 };
-static_assert(sizeof(Shard) == 256, "four cache lines per P per pool (README footprint)");
+static_assert(sizeof(Shard) == 256, "four cache lines per P per pool (footprint: perf/RESULTS.md)");
 
 struct ShardTable {
   std::uint64_t run_id = 0;     // Runtime::run_id of the run it serves
@@ -72,7 +73,7 @@ struct PoolRegistryLink {
 struct alignas(64) PoolState {
   PoolCore* core = nullptr;
   PoolCore::Destroy destroy = nullptr;
-  PoolRegistryLink reg;  // the list of all pools (pool.cpp g_registry_mu)
+  PoolRegistryLink reg;  // the list of all pools (pool_trim.cpp g_registry_lock)
 
   base::Lock<base::LockRank::pool_depot> lock;  // the depot
   std::atomic<bool> has_items{false};           // full || victim, as last seen under lock
