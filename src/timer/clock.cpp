@@ -1,6 +1,6 @@
 // timer/clock.cpp — the deadline clock: "now" for computing a timer's deadline, from the
-// cycle counter when it is usable (~10 ns here against ~25 for clock_gettime, which was
-// 65% of a Timer::reset in perf).
+// cycle counter when it is usable: clock_gettime (~25 ns) would be most of a
+// Timer::reset.
 //
 // Each thread keeps one (counter, clock) pair and extrapolates from it for at most
 // kExtrapolateNs, with the counter's calibrated rate inflated by 1/1000 and kSlackNs
@@ -9,8 +9,8 @@
 // delta huge, which forces a clock read. The pair is taken as counter, clock, counter; it
 // is kept only when the two counter reads are within kPairTightNs, so a preemption between
 // the reads cannot leave the estimate ahead of the clock by the length of the preemption.
-// Worst overshoot is kPairTightNs + kSlackNs + 0.1% of kExtrapolateNs ~ 1.1 us; typical
-// ~70 ns. The firing side always reads the real clock (sched/timers.cpp).
+// Worst overshoot is kPairTightNs + kSlackNs + 0.1% of kExtrapolateNs ~ 1.1 us. The
+// firing side always reads the real clock (sched/timers.cpp).
 // Rejected: a process-wide pair (a shared line written every 50 µs by every P); the
 // kernel's CLOCK_MONOTONIC_COARSE (a tick behind: deadlines early by up to 4 ms).
 #include <atomic>

@@ -53,7 +53,7 @@ struct TimerRec final : sched::TimerNode {
 
 // Absolute CLOCK_MONOTONIC deadline d from now: now for d <= 0, TimerHeap::kNever when
 // it would overflow (Duration::max() never fires). Never earlier than the real clock's
-// now + d (timer.cpp, the deadline clock).
+// now + d (clock.cpp, the deadline clock).
 std::int64_t deadline_after(Duration d) noexcept;
 
 }  // namespace corun::detail
