@@ -35,7 +35,7 @@ int proc_id();  // index of the P running the caller, -1 outside a task
 namespace detail {
 using TaskFn = void (*)(void* closure);
 // Reserves a new task with `size` bytes of closure storage aligned to `align` (at the top
-// of its stack) and returns that storage. Throws std::logic_error outside run(),
+// of its stack) and returns that storage. Throws std::logic_error when no runtime runs,
 // std::length_error if the closure does not fit in a quarter of the stack.
 void* spawn_begin(std::size_t size, std::size_t align, TaskFn invoke, TaskFn destroy);
 void spawn_commit(void* closure) noexcept;  // closure constructed: make the task runnable
@@ -54,8 +54,9 @@ class BlockingScope {
 };
 }  // namespace detail
 
-// Spawns a task running fn(). Callable from any task; outside run() (no runtime, or from
-// a thread that is not one of the runtime's) it throws std::logic_error.
+// Spawns a task running fn(). Callable from any task, and from any other thread while a
+// runtime runs (the task then goes to the global run queue). With no runtime running, or
+// one shutting down, it throws std::logic_error.
 template <class F>
 void go(F&& fn) {
   using Fn = std::decay_t<F>;
