@@ -19,7 +19,7 @@
 //   that is never ready). corun's timers are not part of this suite.
 // - PingPongHog: Go preempts the hog asynchronously; corun asks it to give up its P when
 //   its 10 ms time slice is over, at its next non-blocking select that finds nothing
-//   (chan.cpp's would_block), so the hog is the same plain loop. Go's version also forces
+//   (chan.cpp's polled_nothing), so the hog is the same plain loop. Go's version also forces
 //   GOMAXPROCS(1); a corun benchmark cannot change its P count, so PingPongHog-2 runs on
 //   2 Ps here and on 1 in Go: only the -cpu 1 pair is like for like.
 // - Sieve and Powser must leave no task parked; Go's test programs just exit. Sieve stops
@@ -338,7 +338,7 @@ CORUN_BENCHMARK(SelectProdCons) {
 // in Go. `done` has room for the three exit signals (Go's is unbuffered; it is outside
 // the timed region): a task parked on its last send would be readied but not run before
 // the body returns, and the last run's such task would be abandoned unfinished when the
-// runtime stops (LeakSanitizer saw its channels).
+// runtime stops (LeakSanitizer would report its channels).
 
 CORUN_BENCHMARK(PingPongHog) {
   if (b.n == 0) return;
@@ -491,9 +491,8 @@ CORUN_BENCHMARK(Sieve) {
 // Add, Diff, Integ, Cmul, Sub, Mul, Exp, ATan) plus sin^2 + cos^2 = 1 with sin and cos
 // defined by each other (sin = Integ(0, cos), cos = Integ(1, -sin)); ~1070 stream tasks.
 // The teardown that follows (quit closed, all ~1070 tasks joined) is untimed: it is not
-// in Go's program, and C++ unwinding makes it cost ~1-1.5 ms here (Go's Goexit ~0.3 ms).
-// Arithmetic overflow throws (Go would wrap): kPowserTerms = 18 stays inside int64 and
-// makes an op take ~2-3 ms on this machine.
+// in Go's program, and C++ unwinding makes it several times costlier than Go's Goexit.
+// Arithmetic overflow throws (Go would wrap): kPowserTerms = 18 stays inside int64.
 
 namespace powser {
 

@@ -44,11 +44,11 @@
 // Item as a bigger object (Go's is a word; MallocFree/memory_buffer shows a bigger size);
 // a pool per Sprintf benchmark (Go's printers share one pool; ours does, and it is a
 // global used across runs as API.md allows); copying the pooled result into a string as
-// Go's Sprintf does (the brief's shape: the buffer is consumed in place); formatting through
-// std::back_inserter(buf) (fmt 9 wraps it in an iterator_buffer that resizes the
-// memory_buffer on every append: pooled ManyArgs took 325 ns against /fresh's 198 ns at 1 P
-// in one run), where fmt::appender writes into the memory_buffer as fmt::format does into
-// its own stack buffer.
+// Go's Sprintf does (the row measures the pool and the formatting; the buffer is consumed
+// in place); formatting through std::back_inserter(buf) (fmt 9 wraps it in an
+// iterator_buffer that resizes the memory_buffer on every append, slower than /fresh),
+// where fmt::appender writes into the memory_buffer as fmt::format does into its own
+// stack buffer.
 #include <corun/pool.hpp>
 #include <corun/runtime.hpp>
 #include <corun/time.hpp>
@@ -266,7 +266,7 @@ void sprintf_fresh(B& b, Format format) {
                       "This is some meaningless prefix text that needs to be scanned {}", 6);
   // Go's %g without a precision prints the shortest digits that round-trip ("5.23184"),
   // which is {fmt}'s "{}" (Dragonbox); "{:g}" is printf's %g (6 significant digits, a
-  // slower fixed-precision path: 115 ns against 70 ns at 1 P on this machine).
+  // slower fixed-precision path).
   CORUN_SPRINTF_BENCH(SprintfFloat, "{}", 5.23184);
   CORUN_SPRINTF_BENCH(SprintfManyArgs, "{:2}/{:2}/{:2} {}:{}:{} {} {}\n", 3, 4, 5, 11, 12, 13,
                       "hello", "world");

@@ -118,7 +118,8 @@ CORUN_BENCHMARK(WaitGroupHandoff) {
 // op = one lock() + unlock() of one shared Mutex, by any of procs() tasks (run_parallel)
 // that do nothing else. With P = 1 the single task never meets contention (tasks switch
 // only when they block), so -cpu 1 measures the uncontended fast path; with P >= 2 every
-// op may park and hand the lock over (corun's Mutex hands off FIFO, see sync.hpp).
+// op may park and be woken (corun's Mutex is Go's: barging in normal mode, FIFO hand-off
+// in starvation mode; see sync.hpp).
 
 CORUN_BENCHMARK(MutexHandoff) {
   corun::Mutex mu;

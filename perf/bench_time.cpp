@@ -7,9 +7,9 @@
 // Ticker, TickerReset, TickerResetNaive) runs through timer_benchmark(), Go's
 // benchmark(b, func(n int)): first 1<<15 hour-long garbage timers are armed on EVERY P
 // (one task per P; each claims the P it runs on by proc_id(), so every heap holds 1<<15
-// timers, as the seed's "equal number of garbage timers on each P"), then run_parallel
+// timers, as Go CL 34784's "equal number of garbage timers on each P"), then run_parallel
 // calls the body with n = 1000 per op, so one op = 1000 inner units (1000 timers fired,
-// stopped, reset, ...), and ns/op compares with Go's and the seed's figures directly.
+// stopped, reset, ...), and ns/op compares with Go's and Go CL 34784's figures directly.
 // The garbage is stopped after the timed region.
 //
 // TimerLateness/<Kind>=<d>/<load>: 100 tasks each do b.n back-to-back waits of d; op = one
@@ -30,8 +30,8 @@
 // read(2) instead of the futex. Go twin: scripts/gobench/time_test.go.
 //
 // Rejected: Go's own spreading (GOMAXPROCS goroutines, wherever they run): a task that
-// yields does not wake a sleeping P, and in a first version 4 of 30 runs at -cpu 2 put
-// both garbage sets on one P. A histogram for lateness: raw samples give exact
+// yields does not wake a sleeping P, so both garbage sets can land on one P. A histogram
+// for lateness: raw samples give exact
 // percentiles and cost 100 x b.n int64s (8 MB for Sleep=1us at -benchtime 100ms; they
 // grow with -benchtime). Measuring lateness inside the runtime: the public API is what
 // users see, and the same code runs under CORUN_TIMERS=global and per-p.
