@@ -1,4 +1,5 @@
-// Tests for arch/context.hpp (+ the sanitizer annotations of arch/sanitizer.hpp).
+// tests/arch/context_test.cpp — arch/context.hpp (+ the sanitizer annotations of
+// arch/sanitizer.hpp).
 //
 // Every switch goes through switch_to(), which wraps corun_context_switch in the ASan/TSan
 // fiber annotations exactly as the scheduler must, so these tests pass under

@@ -1,4 +1,4 @@
-// Tests for arch/cpu.hpp and arch/spin.hpp.
+// tests/arch/spin_test.cpp — arch/cpu.hpp and arch/spin.hpp.
 //
 // Timing bounds are one-sided where it matters (a spin lasts at least what was asked) and
 // generous on the other side (1 s), so a loaded machine or a sanitizer build cannot make them

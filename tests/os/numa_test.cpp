@@ -1,6 +1,7 @@
-// Tests for os/numa: node_alloc/node_free over sizes, alignments and nodes, node counts,
-// blocks churned across threads, and (jemalloc builds) that node arenas' pages carry the
-// preferred-node policy and that a node's arena serves that node only.
+// tests/os/numa_test.cpp — os/numa: node_alloc/node_free over sizes, alignments and
+// nodes, node counts, blocks churned across threads, and (jemalloc builds) that node
+// arenas' pages carry the preferred-node policy and that a node's arena serves that node
+// only.
 
 #include "os/numa.hpp"
 

@@ -1,6 +1,7 @@
-// Tests for os/topology: P placement and nearest-first victim order on this machine and on
-// hwloc synthetic/XML topologies (the machine has 2 cores and 1 NUMA node, so multi-socket
-// logic is only reachable through those).
+// tests/os/topology_test.cpp — os/topology: P placement and nearest-first victim order on
+// the machine the tests run on and on hwloc synthetic/XML topologies (a build machine
+// usually has one socket and one NUMA node, so multi-socket logic is only reachable
+// through those; tests/os/fixtures/ holds the XML).
 
 #include "os/topology.hpp"
 

@@ -1,13 +1,13 @@
 // tests/pool/pool_test.cpp — corun::Pool against API.md "Pool" and include/corun/pool.hpp:
 // the properties of Go's sync/pool_test.go (TestPool, TestPoolNew, TestPoolStress,
 // TestPoolRelease/TestPoolGC with trims in place of GCs, BenchmarkPoolStarvation's shape)
-// ported as properties, plus what issue 5 adds: ownership under stress from tasks on
+// ported as properties, plus what corun adds: ownership under stress from tasks on
 // every P and from foreign threads, batches moving between Ps through the depot, trimming
 // on demand and by the CORUN_POOL_TRIM_MS timer, a pool living across two runs, the
 // CORUN_POOL=global mode, destruction freeing everything, footprint figures, bad settings.
 //
-// Suites: "pool" needs a runtime (run at CORUNTEST_PROCS=1,2,4 by scripts/run-tests.sh),
-// "pool.unit" needs none (no runtime, or run() refusing to start) and runs once.
+// Suites: "rt.pool" needs a runtime (run at CORUNTEST_PROCS=1,2,4 by scripts/run-tests.sh),
+// "unit.pool" needs none (no runtime, or run() refusing to start) and runs once.
 //
 // Invariants the tests keep:
 //  - Every object is an Obj counting its constructions and destructions in a Counters;
@@ -605,8 +605,7 @@ TEST_SUITE("unit.pool") {
   }
 
   // pool_trim_now() destroys the victims outside every lock; a ~Pool meanwhile must take
-  // the rest itself and wait for the one the trim is destroying (found by this test: it
-  // used to return with 1 to 18 of 100 destroyed).
+  // the rest itself and wait for the one the trim is destroying.
   TEST_CASE("~Pool waits for a trim elsewhere that is destroying its objects") {
     Counters c;
     c.slow_dtor = 1;
@@ -968,8 +967,8 @@ TEST_SUITE("rt.pool") {
 
   // A ~T that parks (allowed: a destructor may do what a task does) lets the main task
   // return while the trim task is inside it; the trim task is abandoned with the run. The
-  // objects it had not reached yet stay in the pool, and ~Pool frees them (found by this
-  // test: they used to sit in the task's local vector, 199 of 200 leaked). The one whose
+  // objects it had not reached yet stay in the pool, and ~Pool frees them (not the trim
+  // task's local variables, which an abandoned task never destroys). The one whose
   // destructor never finishes is the only loss (its memory is excluded from LSan).
   TEST_CASE("a trim task abandoned at run end strands no object but the one it is destroying") {
     ScopedEnv env({{"CORUN_POOL_TRIM_MS", "3600000"}});  // only our trim task trims

@@ -1,4 +1,4 @@
-// tests/timer/clock_test.cpp — the deadline clock (timer.cpp deadline_now): extrapolated
+// tests/timer/clock_test.cpp — the deadline clock (timer/clock.cpp): extrapolated
 // from the cycle counter, it must never be below CLOCK_MONOTONIC (a deadline computed
 // from it would fire early) and stays within a small bound above it.
 #include <doctest/doctest.h>
@@ -28,7 +28,7 @@ TEST_SUITE("unit.timer.clock") {
     for (auto& t : ts) t.join();
     for (int k = 0; k < 4; k++) {
       CHECK(below[k] == 0);
-      CHECK(above[k] < 10'000);  // generous: at most ~1.1 us by design (timer.cpp)
+      CHECK(above[k] < 10'000);  // generous: at most ~1.1 us by design (clock.cpp)
     }
   }
 

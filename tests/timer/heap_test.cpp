@@ -169,7 +169,7 @@ TEST_SUITE("unit.timer.heap") {
     std::int64_t true_min = std::numeric_limits<std::int64_t>::max();
     for (std::size_t i = 0; i < n; i++) true_min = std::min(true_min, nodes[i].when);
     CHECK(h.earliest() <= true_min);  // a lower bound
-    // Drain the way run_bucket does: settle a top whose key is below its deadline.
+    // Drain the way Timers::run does: settle a top whose key is below its deadline.
     std::int64_t last = std::numeric_limits<std::int64_t>::min();
     std::size_t popped = 0;
     bool ordered = true;

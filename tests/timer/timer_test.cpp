@@ -7,8 +7,8 @@
 // what the C++ contract adds: stop()/reset() racing with firing from other Ps and from
 // foreign threads, dropped handles, saturating durations, due timers firing when every P
 // is busy in one task or when the only task waits inside blocking(), and the scale
-// targets of issue 4 (1M sleeping tasks — optimized builds without sanitizers only —
-// and 400k live timers per P).
+// targets (1M sleeping tasks — optimized builds without sanitizers only — and 400k live
+// timers per P).
 //
 // Invariants the tests keep:
 //  - Lower bounds are exact and always asserted: nothing fires, and no sleep returns,
