@@ -14,9 +14,8 @@ Invariants:
 - Python 3 stdlib only (Debian bookworm's 3.11); no Go module downloads.
 
 Rejected: means and t-tests (benchmark times are skewed and outlier-prone); benchstat
-(a Go module download); keeping this code three times, in benchcmp, in go-compare's
-embedded program and in bench-all.sh's embedded programs (they had drifted: two number
-formats, two name parsers).
+(a Go module download); a copy of this code in each of benchcmp, go-compare and
+bench-all (copies drift apart: number formats, name parsers).
 Tests: python3 scripts/benchcmp_test.py
 """
 
