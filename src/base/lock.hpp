@@ -137,8 +137,8 @@ inline int ranks_held() noexcept {
 // ---- the spin word ---------------------------------------------------------------------
 // 0 free, 1 held. acquire on taking it: the critical section sees the previous holder's
 // writes; release on dropping it: publishes the critical section.
-// The contended path (lock.cpp) is out of line and cold: inlined, its loop made every
-// function that takes a lock save five callee-saved registers on its fast path too.
+// The contended path (lock.cpp) is out of line and cold: inlined, its loop would make
+// every function that takes a lock save five callee-saved registers on its fast path too.
 void spin_acquire_contended(std::atomic<std::uint32_t>& l) noexcept;
 inline void spin_acquire(std::atomic<std::uint32_t>& l) noexcept {
   if (l.exchange(1, std::memory_order_acquire) == 0) [[likely]]
