@@ -154,6 +154,22 @@ inline void spin_release(std::atomic<std::uint32_t>& l) noexcept {
   l.store(0, std::memory_order_release);
 }
 
+// A spin lock on a bare word: what Lock<R> does for a spin rank, and what a lock whose word
+// must live in a public header uses (detail::WaitList in sync.hpp: include/corun/ cannot
+// see src/base). The analysis cannot see such a word as a capability, so its users say
+// what it guards in comments.
+template <LockRank R>
+inline void lock_word(std::atomic<std::uint32_t>& w) noexcept {
+  static_assert(rank_info(R).wait == LockWait::spin, "a lock word is a spin lock");
+  rank_acquire(R, &w);
+  spin_acquire(w);
+}
+template <LockRank R>
+inline void unlock_word(std::atomic<std::uint32_t>& w) noexcept {
+  spin_release(w);
+  rank_release(R, &w);
+}
+
 // ---- the lock ----------------------------------------------------------------------------
 template <LockRank R>
 class CORUN_CAPABILITY("lock") Lock {
@@ -167,11 +183,12 @@ class CORUN_CAPABILITY("lock") Lock {
   Lock& operator=(const Lock&) = delete;
 
   void lock() noexcept CORUN_ACQUIRE() {
-    rank_acquire(R, this);
-    if constexpr (kSpin)
-      spin_acquire(impl_);
-    else
+    if constexpr (kSpin) {
+      lock_word<R>(impl_);
+    } else {
+      rank_acquire(R, this);
       impl_.lock();
+    }
   }
 
   bool try_lock() noexcept CORUN_TRY_ACQUIRE(true) {
@@ -180,16 +197,17 @@ class CORUN_CAPABILITY("lock") Lock {
       got = spin_try_acquire(impl_);
     else
       got = impl_.try_lock();
-    if (got) rank_try_acquired(R, this);
+    if (got) rank_try_acquired(R, this);  // (&impl_ == this: the word is the first member)
     return got;
   }
 
   void unlock() noexcept CORUN_RELEASE() {
-    if constexpr (kSpin)
-      spin_release(impl_);
-    else
+    if constexpr (kSpin) {
+      unlock_word<R>(impl_);
+    } else {
       impl_.unlock();
-    rank_release(R, this);
+      rank_release(R, this);
+    }
   }
 
   // Tells the analysis the caller holds this lock, where it was taken in a way the
@@ -238,21 +256,5 @@ class CORUN_SCOPED_CAPABILITY Guard {
   L& l_;
   bool held_ = true;
 };
-
-// A spin lock whose word must live in a public header (detail::WaitList in sync.hpp:
-// include/corun/ cannot see src/base). Same spin and same rank check as Lock<R>; the
-// analysis cannot see the word as a capability, so its users say what it guards in
-// comments.
-template <LockRank R>
-inline void lock_word(std::atomic<std::uint32_t>& w) noexcept {
-  static_assert(rank_info(R).wait == LockWait::spin, "a lock word is a spin lock");
-  rank_acquire(R, &w);
-  spin_acquire(w);
-}
-template <LockRank R>
-inline void unlock_word(std::atomic<std::uint32_t>& w) noexcept {
-  spin_release(w);
-  rank_release(R, &w);
-}
 
 }  // namespace corun::base

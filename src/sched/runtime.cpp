@@ -313,8 +313,7 @@ int caller_node() noexcept {
 }  // namespace sched
 
 int procs() {
-  M* m = current_m();
-  Runtime* rt = m ? m->rt : current_runtime();
+  Runtime* rt = caller_runtime();
   return rt ? rt->nprocs : 0;
 }
 

@@ -65,14 +65,18 @@ bool Timers::publish() noexcept {
   return nullptr;
 }
 
+bool Timers::push_locked(TimerNode* t, std::int64_t when) {
+  t->when = when;
+  heap_.push(t);  // may throw: t stays inactive
+  t->owner.store(this, std::memory_order_release);
+  return publish();
+}
+
 void Timers::add(TimerNode* t, std::int64_t when) {
   bool earlier;
   {
-    base::Guard g(lock_);
-    t->when = when;
-    heap_.push(t);  // may throw: t stays inactive, the guard drops the lock
-    t->owner.store(this, std::memory_order_release);
-    earlier = publish();
+    base::Guard g(lock_);  // dropped if push_locked throws
+    earlier = push_locked(t, when);
   }
   if (earlier) idle_wake(rt, when);
 }
@@ -183,17 +187,13 @@ bool sleep_until(TimerNode* t, std::int64_t when) CORUN_NO_TSA {
   if (!can_park()) return false;
   Timers* b = Timers::of_caller();
   b->lock_.lock();
-  t->when = when;
+  bool earlier;
   try {
-    b->heap_.push(t);
+    earlier = b->push_locked(t, when);
   } catch (...) {  // std::bad_alloc: the heap cannot grow; nothing armed
     b->lock_.unlock();
     throw;
   }
-  t->owner.store(b, std::memory_order_relaxed);  // nobody else arms or stops it
-  std::int64_t old = b->earliest_.load(std::memory_order_relaxed);
-  bool earlier = when < old;
-  if (earlier) b->earliest_.store(when, std::memory_order_seq_cst);  // idle_wake's pair
   SleepCommit c{b, when, earlier};
   park(Timers::sleep_commit, &c);
   return true;

@@ -124,6 +124,9 @@ class alignas(64) Timers {
   // Stores heap_'s minimum into earliest_ if it changed; lock_ held. True if the
   // earliest deadline moved earlier (the idle M may need waking).
   bool publish() noexcept CORUN_REQUIRES(lock_);
+  // Arms inactive t at `when` here (add's and sleep_until's shared step); true if it is
+  // now this heap's earliest. Throws std::bad_alloc, t left inactive.
+  bool push_locked(TimerNode* t, std::int64_t when) CORUN_REQUIRES(lock_);
 
   base::Lock<base::LockRank::timers> lock_;
   TimerHeap heap_ CORUN_GUARDED_BY(lock_);
