@@ -195,7 +195,7 @@ TEST_SUITE("rt.net.scale") {
       sw.wait();
     });
     MESSAGE(n << " conns in " << secs(Clock::now() - t0) << " s"
-              << (split ? " (2 processes)" : ""));
+              << std::string(split ? " (2 processes)" : ""));
     CHECK(served.load() == n);
     CHECK(ok.load() == n);
   }
