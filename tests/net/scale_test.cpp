@@ -262,6 +262,16 @@ CORUN_TEST_CHILD(net_emfile) {
     Outcome top = attempt([&] {
       net::Listener ln = net::listen("127.0.0.1:0");
       const std::string addr = hostport("127.0.0.1", ln.port());
+      {  // Warm up the paths used below while descriptors are free: UBSan's vptr check
+         // needs a pipe to inspect an object it has not seen yet, and reports a false
+         // "invalid vptr" when the table is full.
+        net::Conn a = net::dial(addr, kHang);
+        net::Conn b = ln.accept();
+        a.set_read_deadline(Clock::now() + 1ms);
+        std::byte x[1];
+        attempt([&] { return a.read(x); });
+        corun::sleep(1ms);
+      }
       fill();
       // Free one descriptor at a time until a dial gets through (it needs its own), then
       // fill again: the connection waits in the listener's queue, no descriptor left.
