@@ -1,5 +1,5 @@
 // examples/httpd.cpp — an HTTP/1.1 server on corun::net: `GET /` answers "hello world\n"
-// (the bytes of the Go raw-TCP peer, /work/shared/peers/http/go/rawtcp), keep-alive and
+// (the bytes of the Go raw-TCP benchmark peer, peers/http/go/rawtcp), keep-alive and
 // pipelining, with a deadline on every read and write.
 //
 //   build/examples/httpd [ADDR] [--header-timeout-ms N] [--idle-timeout-ms N]
@@ -314,6 +314,7 @@ int main(int argc, char** argv) {
       } catch (const std::system_error& e) {
         if (e.code() == std::errc::bad_file_descriptor) break;
         std::fprintf(stderr, "httpd: accept: %s\n", e.what());
+        corun::sleep(5ms);  // ENOBUFS and the like: do not spin on a lasting error
         continue;
       }
       corun::go([c = std::move(c), &o]() mutable {
