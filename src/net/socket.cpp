@@ -17,22 +17,32 @@ void Socket::finalise() noexcept {
 }
 
 void Socket::release_call() noexcept {
-  std::uint32_t v = state.fetch_sub(kOne, std::memory_order_acq_rel) - kOne;
-  if (v == kClosed) {
-    std::uint32_t expect = kClosed;
-    if (state.compare_exchange_strong(expect, kDead, std::memory_order_acq_rel)) finalise();
+  std::uint32_t v = state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((v & ~(kOne - 1)) == kOne && (v & kClosed) && !(v & kDead)) {
+      // The last call out of a closed record: claim the descriptor while still counted.
+      if (!state.compare_exchange_weak(v, v | kDead, std::memory_order_acq_rel)) continue;
+      finalise();
+      v |= kDead;
+    }
+    if (state.compare_exchange_weak(v, v - kOne, std::memory_order_acq_rel)) break;
   }
+  v -= kOne;
+  if ((v & ~(kOne - 1)) == 0 && (v & kGone)) delete this;
+}
+
+void Socket::release_handle() noexcept {
+  close();
+  std::uint32_t v = state.fetch_or(kGone, std::memory_order_acq_rel);
+  if ((v & ~(kOne - 1)) == 0) delete this;  // no call left: finalised already (close did)
 }
 
 void Socket::close() noexcept {
   // Counted as a call itself, so the close and the last call agree on who finalises.
-  std::uint32_t v = state.fetch_add(kOne, std::memory_order_acquire);
-  if (v & kClosed) {
-    release_call();
-    return;
-  }
-  state.fetch_or(kClosed, std::memory_order_acq_rel);
-  pd->evict();
+  enter_call();
+  // Only the first close evicts: after finalisation the poll record may serve another
+  // descriptor already.
+  if (!(state.fetch_or(kClosed, std::memory_order_acq_rel) & kClosed)) pd->evict();
   release_call();
 }
 
@@ -41,8 +51,7 @@ Call::Call(Socket* s, const char* op) : s_(s) {
   if (!sched::in_task())
     throw std::logic_error(std::string("corun::net: ") + op +
                            " called outside a task (net calls are made from tasks)");
-  std::uint32_t v = s->state.fetch_add(Socket::kOne, std::memory_order_acquire);
-  if (v & Socket::kClosed) {
+  if (s->enter_call() & Socket::kClosed) {
     s->release_call();
     throw_closed(op);
   }
@@ -85,8 +94,7 @@ std::string sock_name(int fd, bool peer) {
 }
 
 void socket_release(Socket* s) noexcept {
-  s->close();
-  delete s;
+  s->release_handle();
 }
 
 }  // namespace corun::net::detail
