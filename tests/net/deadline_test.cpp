@@ -188,6 +188,10 @@ TEST_SUITE("rt.net.deadline") {
       // Usable after the timeouts: a marker arrives after the pattern bytes, in order.
       p.c.set_write_deadline(TimePoint{});
       corun::WaitGroup wg;
+      Join join(wg, [&] {
+        p.c.close();
+        p.s.close();
+      });
       Outcome wo;
       go_safe(f, wg, "marker writer", [&] {
         wo = attempt([&] { return p.c.write("#END"); });
@@ -227,6 +231,7 @@ TEST_SUITE("rt.net.deadline") {
       net::Listener ln = net::listen("127.0.0.1:0");
       const std::string addr = hostport("127.0.0.1", ln.port());
       corun::WaitGroup wg;
+      Join join(wg, [&] { ln.close(); });
       go_safe(f, wg, "server", [&] {
         corun::WaitGroup hw;
         for (;;) {
@@ -429,6 +434,7 @@ TEST_SUITE("rt.net.deadline") {
         std::atomic<bool> returned{false};
         Outcome r;
         corun::WaitGroup wg;
+        Join join(wg, [&] { p.c.close(); });
         go_safe(f, wg, "reader", [&] {
           std::byte b[1];
           r = attempt([&] { return p.c.read(b); });
@@ -450,6 +456,10 @@ TEST_SUITE("rt.net.deadline") {
         std::atomic<bool> returned{false};
         Outcome w;
         corun::WaitGroup wg;
+        Join join(wg, [&] {
+          p.c.close();
+          p.s.close();
+        });
         go_safe(f, wg, "writer", [&] {
           w = attempt([&] { return p.c.write(big_buffer()); });
           returned = true;
@@ -466,6 +476,10 @@ TEST_SUITE("rt.net.deadline") {
         std::uint64_t want = fnv1a(big_buffer());
         Drained d;
         corun::WaitGroup dw;
+        Join djoin(dw, [&] {
+          p.c.close();
+          p.s.close();
+        });
         go_safe(f, dw, "drainer", [&] { d = read_to_eof(p.s); });
         wg.wait();
         p.c.close_write();

@@ -5,7 +5,8 @@
 // Invariants the helpers keep:
 //  - Nothing throws out of a task: nrun() wraps the main task and go_safe() wraps helper
 //    tasks, turning an escaping exception into a recorded failure (an exception escaping
-//    a task aborts the process).
+//    a task aborts the process). Where the main task may throw while helpers run, a Join
+//    closes what they block on and waits for them, so a failure is reported, not a crash.
 //  - Helper tasks never use doctest asserts; they record into a Failures object that the
 //    test checks after run() returned.
 //  - nrun() compares the count of open descriptors (/proc/self/fd) before and after the
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <span>
@@ -196,6 +198,27 @@ void go_safe(Failures& f, corun::WaitGroup& wg, std::string what, F&& fn) {
     wg.done();
   });
 }
+
+// Waits for a WaitGroup's helper tasks when the scope ends, also when it ends by an
+// exception (a failing call in the main task): then it first runs `unblock` (closing what
+// the helpers may be blocked on), so helpers never outlive the stack they refer to.
+// Declare it after the WaitGroup and the conns `unblock` closes.
+class Join {
+ public:
+  explicit Join(corun::WaitGroup& wg, std::function<void()> unblock = {})
+      : wg_(wg), unblock_(std::move(unblock)), exceptions_(std::uncaught_exceptions()) {}
+  ~Join() {
+    if (std::uncaught_exceptions() > exceptions_ && unblock_) unblock_();
+    wg_.wait();
+  }
+  Join(const Join&) = delete;
+  Join& operator=(const Join&) = delete;
+
+ private:
+  corun::WaitGroup& wg_;
+  std::function<void()> unblock_;
+  int exceptions_;
+};
 
 // Open descriptors of this process.
 inline int count_fds() {

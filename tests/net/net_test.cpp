@@ -163,6 +163,10 @@ TEST_SUITE("rt.net") {
       const std::uint64_t want = fnv1a(data);
       Drained d;
       corun::WaitGroup wg;
+      Join join(wg, [&] {
+        p.c.close();
+        p.s.close();
+      });
       go_safe(f, wg, "slow reader", [&] {
         p.s.set_read_deadline(Clock::now() + kHang * 3);
         std::vector<std::byte> buf(16 << 10);
@@ -213,6 +217,10 @@ TEST_SUITE("rt.net") {
       p.s.set_deadline(Clock::now() + kHang * 3);
       // Writers on c, each record one write of kRec copies of the writer's byte.
       corun::WaitGroup ww;
+      Join wjoin(ww, [&] {
+        p.c.close();
+        p.s.close();
+      });
       for (int w = 0; w < kWriters; w++) {
         go_safe(f, ww, "writer", [&, w] {
           std::vector<std::byte> rec(kRec, static_cast<std::byte>(w + 1));
@@ -222,6 +230,10 @@ TEST_SUITE("rt.net") {
       // One reader on s collects the stream; records must come out whole.
       std::vector<std::byte> stream;
       corun::WaitGroup rw;
+      Join rjoin(rw, [&] {
+        p.c.close();
+        p.s.close();
+      });
       go_safe(f, rw, "reader", [&] {
         std::vector<std::byte> buf(32 << 10);
         for (;;) {
@@ -254,6 +266,10 @@ TEST_SUITE("rt.net") {
       // Concurrent reads on c: readers share the stream; the bytes add up.
       std::atomic<std::uint64_t> count{0}, sum{0};
       corun::WaitGroup cr;
+      Join cjoin(cr, [&] {
+        p.c.close();
+        p.s.close();
+      });
       for (int r = 0; r < kReaders; r++) {
         go_safe(f, cr, "sharing reader", [&, r] {
           std::vector<std::byte> buf(1 + 1000 * r);

@@ -286,6 +286,10 @@ CORUN_TEST_CHILD(net_emfile) {
       fill();
       std::atomic<bool> accepted{false};
       corun::WaitGroup wg;
+      Join join(wg, [&] {
+        ln.close();
+        c.close();
+      });
       go_safe(f, wg, "server", [&] {
         net::Conn s;
         Outcome a = attempt([&] { s = ln.accept(); });
