@@ -150,6 +150,21 @@ TEST_SUITE("rt.net") {
         o = attempt([&] { return p.c.read(b); });
         f.expect(o.is_ok() && o.n == 0, "read at EOF #" + std::to_string(i) + ": " + o.str());
       }
+      // EOF queued behind data: a short read takes the data, the next read returns 0 at
+      // once (no new readiness edge will come: the FIN is already there).
+      Pair q = make_pair();
+      q.c.set_deadline(Clock::now() + kHang);
+      q.s.write("xyz");
+      q.s.close();
+      f.expect(wait_inq(q.c, 3), "data never arrived");
+      corun::sleep(20ms);  // the FIN too
+      o = attempt([&] { return q.c.read(b); });
+      f.expect(o.is_ok() && o.n == 3, "read of data before EOF: " + o.str());
+      for (int i = 0; i < 2; i++) {
+        o = attempt([&] { return q.c.read(b); });
+        f.expect(o.is_ok() && o.n == 0,
+                 "read at EOF after a short read #" + std::to_string(i) + ": " + o.str());
+      }
     });
   }
 
