@@ -352,6 +352,30 @@ TEST_SUITE("rt.net") {
     });
   }
 
+  TEST_CASE("300 short runs that use the network: run() returns every time") {
+    // Each run parks a reader and a writer on one conn until a deadline ends both, then
+    // returns: an M is often idle in the poller when the main task returns, and shutdown
+    // must wake it. A hang aborts under the watchdog, naming the run.
+    const int runs = 300 / t::kScale;
+    for (int i = 0; i < runs; i++) {
+      nrun("short run " + std::to_string(i), [](Failures& f) {
+        Pair p = make_pair();
+        Outcome r, w;
+        corun::WaitGroup wg;
+        Join join(wg, [&] { p.c.close(); });
+        go_safe(f, wg, "reader", [&] {
+          std::byte b[1];
+          r = attempt([&] { return p.c.read(b); });
+        });
+        go_safe(f, wg, "writer", [&] { w = attempt([&] { return p.c.write(big_buffer()); }); });
+        corun::sleep(2ms);
+        p.c.set_deadline(Clock::now() + 2ms);
+        wg.wait();
+        f.expect(r.is_timeout() && w.is_timeout(), "read: " + r.str() + ", write: " + w.str());
+      });
+    }
+  }
+
   // ---- failures -----------------------------------------------------------------------
 
   TEST_CASE("dial to a port nobody listens on: system_error ECONNREFUSED") {
