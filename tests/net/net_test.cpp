@@ -12,7 +12,8 @@
 // process with SIGPIPE at its default action (a raised SIGPIPE kills the child, not the
 // suite); close() waking blocked read/write/accept with EBADF and every later call
 // failing with EBADF; empty handles; calls from a foreign thread; run() returning while
-// tasks are blocked in the network, and the next run() using it again.
+// tasks are blocked in the network, and the next run() using it again; many short runs
+// that park tasks on the poller (shutdown must wake an M idle in epoll_wait).
 //
 // Invariants the tests keep:
 //  - Every operation that could hang has a deadline (kHang) or runs where close() ends
