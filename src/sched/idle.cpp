@@ -64,12 +64,12 @@ Task* idle_block(M* m, std::int64_t until) {
   if (m->park.is_set()) return nullptr;  // woken already (a waker sets it, then breaks)
   const auto spin = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
   if (spin > 0 && until != TimerHeap::kNever) {
-    if (Task* l = netpoll(rt, until - spin)) return l;
+    if (Task* l = netpoll(rt, until - spin, &m->park)) return l;
     while (!m->park.is_set() && static_cast<std::int64_t>(os::monotonic_ns()) < until)
       arch::cpu_relax();
     return nullptr;
   }
-  return netpoll(rt, until);
+  return netpoll(rt, until, &m->park);
 }
 
 void idle_wait(M* m) {

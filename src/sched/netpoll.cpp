@@ -14,6 +14,7 @@
 #include "sched/netpoll.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <cerrno>
 #include <cstdio>
 #include <mutex>
@@ -99,8 +100,11 @@ void netpoll_break(Runtime* rt) noexcept {
   Netpoll& np = rt->netpoll;
   if (!np.inited.load(std::memory_order_acquire)) return;
   std::uint32_t expect = 0;
-  // acq_rel: pairs with the poller's release store of 0 after it drained the eventfd.
-  if (np.wake_sig.compare_exchange_strong(expect, 1, std::memory_order_acq_rel)) sys::wakeup(np);
+  // seq_cst, after the waker's note store: if this fails because the last poller has not
+  // cleared wake_sig yet, the next poller, which claims Netpoll::blocking after that clear
+  // (seq_cst), sees the note and does not block (netpoll's `stop`).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (np.wake_sig.compare_exchange_strong(expect, 1, std::memory_order_seq_cst)) sys::wakeup(np);
 }
 
 bool netpoll_worth(const Runtime* rt) noexcept {
@@ -110,15 +114,27 @@ bool netpoll_worth(const Runtime* rt) noexcept {
          np.inited.load(std::memory_order_acquire);
 }
 
-Task* netpoll(Runtime* rt, std::int64_t until) {
+Task* netpoll(Runtime* rt, std::int64_t until, const Note* stop) {
   Netpoll& np = rt->netpoll;
   if (!np.inited.load(std::memory_order_acquire)) return nullptr;
   constexpr int kMax = 128;
   sys::Event evs[kMax];
   const bool blocks = until != 0;
-  if (blocks) np.lastpoll.store(0, std::memory_order_relaxed);
+  if (blocks) {
+    // One blocking poller at a time (Netpoll::blocking). A previous waiter still on its
+    // way out of the poller was broken out of it: it leaves within microseconds.
+    while (np.blocking.exchange(true, std::memory_order_seq_cst)) sched_yield();
+    // Woken while we waited for the poller: a break skipped because the previous holder
+    // had not yet cleared wake_sig was meant for us (the waker set our note first).
+    if (stop && stop->is_set()) {
+      np.blocking.store(false, std::memory_order_release);
+      return nullptr;
+    }
+    np.lastpoll.store(0, std::memory_order_relaxed);
+  }
   int n = sys::poll(np, until, evs, kMax);
   np.lastpoll.store(static_cast<std::int64_t>(os::monotonic_ns()), std::memory_order_relaxed);
+  if (blocks) np.blocking.store(false, std::memory_order_seq_cst);
   CORUN_PROBE2(netpoll, n, blocks ? 1 : 0);
   Task* list = nullptr;
   for (int i = 0; i < n; i++) {

@@ -50,6 +50,7 @@ namespace corun::sched {
 
 struct Runtime;
 struct Task;
+class Note;
 class PollDesc;
 
 enum class PollResult : int {
@@ -94,7 +95,7 @@ class alignas(64) PollDesc {
 
  private:
   friend class PollDeadline;
-  friend Task* netpoll(Runtime* rt, std::int64_t until);
+  friend Task* netpoll(Runtime* rt, std::int64_t until, const Note* stop);
   friend class PollCache;
   static constexpr std::uintptr_t kNil = 0, kReady = 1, kWait = 2;
   static constexpr std::uint32_t kClosing = 1, kReadExpired = 2, kWriteExpired = 4;
@@ -140,9 +141,16 @@ struct Netpoll {
   int evfd = -1;                    // eventfd for netpoll_break; immutable once inited
   bool timerfd = false;             // CORUN_NETPOLL_WAIT=timerfd; immutable once inited
   int tfd = -1;  // timerfd fallback (no epoll_pwait2): made and armed by the blocking poller
-  // A break is pending (Go's netpollWakeSig): set by netpoll_break, cleared by the poller
-  // that drains the eventfd; saves redundant eventfd writes. acq_rel.
+  // A break is pending (Go's netpollWakeSig): set by netpoll_break, cleared by the blocking
+  // poller after it drained the eventfd; saves redundant eventfd writes. acq_rel.
   std::atomic<std::uint32_t> wake_sig{0};
+  // Held by the one M in a blocking poll, from before it blocks until after it stored
+  // wake_sig = 0 (Go: sched.lastpoll swapped to 0). Only its holder drains the eventfd, so
+  // while a poller blocks, wake_sig == 1 implies an undrained eventfd: a break skipped
+  // because wake_sig was set can never be lost. Without it, an M leaving the poller
+  // (handed a P) could drain the eventfd after the next waiter blocked and store 0 after a
+  // break was skipped — that waiter slept through shutdown. acquire/release.
+  std::atomic<bool> blocking{false};
   // Monotonic ns of the last poll; 0 while an M blocks in the poller (then non-blocking
   // polls are pointless: events go to it). relaxed: a hint.
   std::atomic<std::int64_t> lastpoll{1};
@@ -151,9 +159,11 @@ struct Netpoll {
 };
 
 // Polls: until == 0 returns at once; TimerHeap::kNever blocks; otherwise blocks at most
-// until that absolute monotonic time (or netpoll_break). Returns the tasks made ready,
-// linked through Task::next, still in state waiting: the caller queues them.
-Task* netpoll(Runtime* rt, std::int64_t until);
+// until that absolute monotonic time (or netpoll_break). A blocking poll returns at once,
+// polling nothing, if `stop` (the caller's note, which its wakers set before they break
+// the poller) is set once it holds the poller. Returns the tasks made ready, linked
+// through Task::next, still in state waiting: the caller queues them.
+Task* netpoll(Runtime* rt, std::int64_t until, const Note* stop = nullptr);
 // Wakes an M blocked in netpoll (no-op if none, or a break is already pending).
 void netpoll_break(Runtime* rt) noexcept;
 // Whether a non-blocking poll is worth it now: the poller is up, a task waits on I/O and
