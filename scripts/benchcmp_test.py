@@ -344,6 +344,30 @@ class Driver(unittest.TestCase):
             self.assertEqual(r.stdout[:r.stdout.index("== summary")],
                              out[:out.index("== summary")])
 
+    def test_pairs_put_two_groups_of_rows_side_by_side(self):
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "corun-bench")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\nexit 0\n")
+            os.chmod(fake, 0o755)
+            os.makedirs(os.path.join(d, "bench"))
+            with open(os.path.join(d, "bench", "net-per-p.txt"), "w") as f:
+                for k in range(3):
+                    f.write("BenchmarkNetEcho/nodeadline-2 1000 %d ns/op 99 cpu%%\n" % (100 + k))
+                    f.write("BenchmarkNetEcho/deadline-2 1000 %d ns/op 99 cpu%%\n" % (120 + k))
+                    f.write("BenchmarkTimerLateness/Sleep1=50us/idle 100 1 ns/op 10 p50-ns "
+                            "%d p99-ns 99 max-ns\n" % (20 + k))
+                    f.write("BenchmarkTimerLateness/ReadDeadline=50us/idle 100 1 ns/op 10 p50-ns "
+                            "%d p99-ns 99 max-ns\n" % (30 + k))
+            p = subprocess.run([sys.executable, os.path.join(_DIR, "bench-all"), "--section",
+                                "net", "--report", "--no-go", d], capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertRegex(p.stdout, r"\nNetEcho-2 +101\.0 +121\.0 +1\.20x  \(p=0\.100 n=3\+3\)")
+            self.assertRegex(p.stdout, r"\nTimerLateness/\*=50us/idle +21\.00 +31\.00 +1\.48x")
+            self.assertIn("ReadDeadline p99-ns", p.stdout)
+            self.assertNotIn("ReadDeadline ns/op", p.stdout)  # units=p50/p99/max only
+
 
 class Server(unittest.TestCase):
     RUNSH = ("for b in bin/go-nethttp bin/go-raw bin/asio-raw bin/beast-http; do\n  :\ndone\n"
