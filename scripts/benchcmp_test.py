@@ -377,7 +377,7 @@ class Server(unittest.TestCase):
 
     def test_run_sh_patch_adds_corun_and_fails_loudly(self):
         t = bs.patch_runsh(self.RUNSH)
-        self.assertIn('corun-P?)        CMD=(env CORUN_PROCS=$n "$CORUN_HTTPD" 127.0.0.1:$port)',
+        self.assertIn('corun-P?)        CMD=(env CORUN_PROCS=$n "$HTTPD_BIN" 127.0.0.1:$port)',
                       t)
         self.assertIn("corun-usleep-P?) CMD=(env CORUN_PROCS=$n "
                       "CORUN_RUNNEXT_BACKOFF=usleep:100", t)
