@@ -3,6 +3,7 @@
 
 #include <corun/chan.hpp>
 #include <corun/context.hpp>
+#include <corun/net.hpp>
 #include <corun/pool.hpp>
 #include <corun/runtime.hpp>
 #include <corun/sync.hpp>

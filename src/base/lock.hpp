@@ -66,6 +66,8 @@ enum class LockRank : std::uint8_t {
                   // taken in ascending address order (select.cpp).
   waitlist,       // sync/waiter.hpp WaitList (WaitGroup, Mutex); its word lives in the
                   // public sync.hpp (lock_word/unlock_word below).
+  poll_desc,      // sched/netpoll.hpp PollDesc::lock_: one descriptor's deadlines. Held
+                  // while arming their timers (timers nests inside).
   timer_rec,      // timer/timer.cpp TimerRec::mu: serialises arm/stop/reset of one timer.
   timers,         // sched/timers.hpp Timers::lock: one P's timer heap. A sleeping task
                   // holds it into park; the park commit drops it.
@@ -76,6 +78,7 @@ enum class LockRank : std::uint8_t {
   stacks,         // os/stack.hpp StackAllocator: slab maps, the idle stack cache.
   pool_registry,  // pool/pool_trim.cpp: the list of all pools; the trim walks it.
   pool_depot,     // pool/pool_state.hpp PoolState::lock: one pool's depot; O(1) under it.
+  poll_cache,     // sched/netpoll.cpp: the free list of poll records.
   numa,           // os/numa.cpp: creation of a node's jemalloc arena.
   topology,       // os/topology.cpp: the cached real topology.
   count_
@@ -99,6 +102,7 @@ inline constexpr RankInfo kRanks[] = {
     {"context node", LockWait::spin, LockNest::tree},
     {"channel", LockWait::spin, LockNest::address},
     {"wait list", LockWait::spin, LockNest::never},
+    {"poll descriptor", LockWait::spin, LockNest::never},
     {"timer record", LockWait::spin, LockNest::never},
     {"timer heap", LockWait::spin, LockNest::never},
     {"sched.lock", LockWait::sleep, LockNest::never},
@@ -106,6 +110,7 @@ inline constexpr RankInfo kRanks[] = {
     {"stack allocator", LockWait::sleep, LockNest::never},
     {"pool registry", LockWait::sleep, LockNest::never},
     {"pool depot", LockWait::spin, LockNest::never},
+    {"poll cache", LockWait::spin, LockNest::never},
     {"numa arenas", LockWait::sleep, LockNest::never},
     {"topology cache", LockWait::sleep, LockNest::never},
 };

@@ -198,6 +198,12 @@ const Var kVars[] = {
      [](Settings& s, const VarDoc& d, std::string_view v) {
        s.timer_spin_ns = number(d, v, 0, 10000000);
      }},
+    {{"CORUN_NETPOLL_WAIT", "pwait2", "pwait2 or timerfd",
+      "how the idle poller waits for a deadline: pwait2 (epoll_pwait2, ns timeout; "
+      "falls back to timerfd before Linux 5.11) or timerfd (a timerfd in the epoll set)"},
+     [](Settings& s, const VarDoc& d, std::string_view v) {
+       s.netpoll_timerfd = !word(d, v, "pwait2", "timerfd");
+     }},
     {{"CORUN_POOL", "sharded", "sharded or global",
       "sharded: per-P pool caches; global: one lock-protected list (Go before CL 46010043)"},
      [](Settings& s, const VarDoc& d, std::string_view v) {
@@ -337,6 +343,7 @@ std::string describe(const Settings& s) {
   out += s.timers == TimerMode::per_p ? " timers=per-p" : " timers=global";
   out += " timerslack_ns=" + std::to_string(s.timerslack_ns);
   out += " timer_spin_ns=" + std::to_string(s.timer_spin_ns);
+  out += s.netpoll_timerfd ? " netpoll_wait=timerfd" : " netpoll_wait=pwait2";
   out += s.pool == PoolMode::sharded ? " pool=sharded" : " pool=global";
   out += " pool_trim_ms=" + std::to_string(s.pool_trim_ms);
   out += " stack_kb=" + (s.stack_kb == 0 ? std::string("default") : std::to_string(s.stack_kb));

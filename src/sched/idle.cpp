@@ -1,14 +1,17 @@
 // sched/idle.cpp — the idle wait (contract and invariants in idle.hpp).
 //
 // The waiter sleeps on its note with an absolute FUTEX_WAIT_BITSET deadline (the earliest
-// timer of every heap), under the runtime threads' timer slack (CORUN_TIMERSLACK_NS);
-// with CORUN_TIMER_SPIN_NS it wakes that much early and spins the rest. On waking it takes
-// Runtime::lock to tell "handed a P" (startm set nextp) from "a timer is due": for due
-// timers it takes its own last P if that is idle (its thread is pinned to that P's CPU)
-// and returns, so find_runnable runs them and the tasks they ready; when every P is busy
-// it runs them itself, and what they ready goes through the global queue.
-// Rejected: running due timers here always, without a P (their tasks would always go
-// through the global queue and wait for some P's 61st schedule or idle look).
+// timer of every heap) — or, once the runtime has descriptors, blocks in the poller
+// (netpoll.hpp: epoll_pwait2 with a nanosecond timeout to that deadline), its wakers
+// setting the note and then breaking the poll; tasks the poll readied go to the P it
+// takes (M::polled) or, with every P busy, to the global queue; under the runtime threads' timer
+// slack (CORUN_TIMERSLACK_NS); with CORUN_TIMER_SPIN_NS it wakes that much early and spins the
+// rest. On waking it takes Runtime::lock to tell "handed a P" (startm set nextp) from "a timer is
+// due": for due timers it takes its own last P if that is idle (its thread is pinned to that P's
+// CPU) and returns, so find_runnable runs them and the tasks they ready; when every P is busy it
+// runs them itself, and what they ready goes through the global queue. Rejected: running due timers
+// here always, without a P (their tasks would always go through the global queue and wait for some
+// P's 61st schedule or idle look).
 #include "sched/idle.hpp"
 
 #include "arch/cpu.hpp"
@@ -47,6 +50,28 @@ bool idle_try_become(Runtime* rt, M* m) noexcept {
   return true;
 }
 
+// The waiter's sleep until `until`: in the poller once the runtime has descriptors (its
+// wakers break it, idle_wake_waiter), else on its note. Returns what the poller readied.
+Task* idle_block(M* m, std::int64_t until) {
+  Runtime* rt = m->rt;
+  if (!rt->netpoll.inited.load(std::memory_order_acquire)) {
+    if (until != TimerHeap::kNever)
+      sleep_precise(m, until);
+    else
+      m->park.sleep();
+    return nullptr;
+  }
+  if (m->park.is_set()) return nullptr;  // woken already (a waker sets it, then breaks)
+  const auto spin = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
+  if (spin > 0 && until != TimerHeap::kNever) {
+    if (Task* l = netpoll(rt, until - spin)) return l;
+    while (!m->park.is_set() && static_cast<std::int64_t>(os::monotonic_ns()) < until)
+      arch::cpu_relax();
+    return nullptr;
+  }
+  return netpoll(rt, until);
+}
+
 void idle_wait(M* m) {
   Runtime* rt = m->rt;
   for (;;) {
@@ -59,18 +84,27 @@ void idle_wait(M* m) {
       std::int64_t expect = TimerHeap::kNever;
       // Fails only if an armer already claimed the wake-up (our note is set).
       rt->idle.until.compare_exchange_strong(expect, until, std::memory_order_seq_cst);
-      sleep_precise(m, until);
-    } else {
-      m->park.sleep();
     }
+    Task* polled = idle_block(m, until);
     std::int64_t now = 0;
+    bool due = false;
     {
       base::Guard g(rt->lock);
-      if (rt->idle.waiter.load(std::memory_order_relaxed) != m) return;  // startm or shutdown
-      if (rt->stopping.load(std::memory_order_acquire)) return;
+      if (rt->idle.waiter.load(std::memory_order_relaxed) != m ||
+          rt->stopping.load(std::memory_order_acquire)) {
+        // startm handed us a P (the polled tasks run on it first), or shutdown.
+        if (polled) {
+          Task* last = polled;
+          while (last->next) last = last->next;
+          last->next = m->polled;
+          m->polled = polled;
+        }
+        return;
+      }
       m->park.clear();  // under the lock: startm cannot be handing us a P meanwhile
       now = static_cast<std::int64_t>(os::monotonic_ns());
-      if (rt->timers.next() > now) continue;  // woken by an arm, or early: scan again
+      due = rt->timers.next() <= now;
+      if (!due && !polled) continue;  // woken by an arm, or early: scan again
       // Our own P again if it is idle: this thread is pinned to its CPU.
       if (P* p = pidleget(rt, m->lastp)) {
         // Leave the wait vacant until an M idles next (stopm): see idle.hpp, Rejected.
@@ -79,11 +113,14 @@ void idle_wait(M* m) {
         rt->idle.waiter.store(nullptr, std::memory_order_relaxed);
         rt->idle.until.store(IdleWait::kNone, std::memory_order_seq_cst);
         m->nextp = p;
+        m->polled = polled;
         return;
       }
     }
-    // Every P is busy: run them here; what they ready goes through the global queue.
-    rt->timers.run_due(now);
+    // Every P is busy: what the poller readied goes to the global queue, and due timers
+    // run here (what they ready goes there too).
+    if (polled) inject_list(rt, polled);
+    if (due) rt->timers.run_due(now);
   }
 }
 
@@ -101,6 +138,7 @@ void idle_stop(Runtime* rt) noexcept {
     rt->idle.waiter.store(nullptr, std::memory_order_relaxed);
     w->nextp = nullptr;
     w->park.wakeup();
+    netpoll_break(rt);
   }
 }
 
@@ -125,7 +163,10 @@ void idle_wake(Runtime* rt, std::int64_t when) noexcept {
   while (when < w) {
     if (rt->idle.until.compare_exchange_weak(w, IdleWait::kNone, std::memory_order_seq_cst)) {
       // acquire: the M record is fully set up (it is never freed before the runtime).
-      if (M* m = rt->idle.waiter.load(std::memory_order_acquire)) m->park.wakeup();
+      if (M* m = rt->idle.waiter.load(std::memory_order_acquire)) {
+        m->park.wakeup();
+        netpoll_break(rt);  // if it blocks in the poller
+      }
       return;
     }
   }

@@ -2,8 +2,8 @@
 // is due (Go's findRunnable ending in netpoll(delay) with the timer deadline as delay).
 //
 // When an M finds no work and no other M waits idle, it becomes the waiter: it sleeps
-// until the earliest timer deadline of every P (and, once the network poller lands, until
-// I/O is ready — in this same wait, epoll_pwait2 with that deadline), runs what came due,
+// until the earliest timer deadline of every P (and, once the runtime has descriptors,
+// until I/O is ready — in this same wait, epoll_pwait2 with that deadline), runs what came due,
 // with an idle P if there is one, and goes back to sleep. Every other idle M sleeps on
 // its note without a deadline. So an idle runtime makes no wake-ups but the ones its
 // timers ask for, and one timer wakes one thread, not every idle one.

@@ -1,17 +1,19 @@
 // sched/sched.cpp — the M loop: find a task, run it, handle what it asked for.
 //
-// find_runnable() order (Go's findRunnable; the network poller will join at steps 3 and 6):
+// find_runnable() order (Go's findRunnable):
 //   0. the P's safe point if one was requested (safepoint.cpp), and the P's own due timers
 //      (what they ready lands in runnext);
 //   1. every 61st schedule, one task from the global queue (a P with a busy ring must
 //      not starve the global queue), after every P's due timers;
 //   2. runnext, then the local ring;
-//   3. the global queue (a batch: its share of the queue, up to half a ring);
+//   3. the global queue (a batch: its share of the queue, up to half a ring), then the
+//      network poller, non-blocking, if a task waits on I/O and no M blocks in it;
 //   4. stealing, if this M is spinning or fewer than half the busy Ps' Ms spin: four
 //      passes over the victims nearest first, runnext only on the last pass;
 //   5. due timers of any P, or a deadline closer than a sleep can honour, spun for;
 //   6. give the P back, re-check (see the spinning invariant in sched.hpp), park the M —
-//      in the idle wait if no other M waits there (idle.cpp).
+//      in the idle wait if no other M waits there (idle.cpp), which blocks in the
+//      poller until the earliest timer once the runtime has descriptors.
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -161,6 +163,42 @@ void inject_global(Runtime* rt, Task* t) noexcept {
   wakep(rt);
 }
 
+void inject_list(Runtime* rt, Task* list) noexcept {
+  if (!list) return;
+  Task* last = list;
+  std::uint32_t n = 1;
+  list->state.store(TaskState::runnable, std::memory_order_relaxed);
+  while (last->next) {
+    last = last->next;
+    last->state.store(TaskState::runnable, std::memory_order_relaxed);
+    n++;
+  }
+  rt->runq.push_batch(list, last, n);
+  full_fence();  // as inject_global
+  for (std::uint32_t i = 0; i < n && rt->npidle.load(std::memory_order_relaxed) > 0; i++)
+    startm(rt, nullptr, false);
+}
+
+namespace {
+// Tasks from the poller, on p (its owner): the first to run now, the rest queued on p
+// (overflowing to the global queue) with a wake-up for an idle P if there are any.
+Task* take_polled(Runtime* rt, P* p, Task* list) noexcept {
+  Task* t = list;
+  Task* rest = list->next;
+  t->next = nullptr;
+  t->state.store(TaskState::runnable, std::memory_order_relaxed);
+  if (!rest) return t;
+  while (rest) {
+    Task* nx = rest->next;
+    rest->next = nullptr;
+    runqput(rt, p, rest, false);
+    rest = nx;
+  }
+  wakep(rt);
+  return t;
+}
+}  // namespace
+
 void ready(Task* t) noexcept {
   CORUN_CHECK(t->state.load(std::memory_order_relaxed) == TaskState::waiting,
               "task %llu made ready while not parked (state %u): readied twice?",
@@ -207,6 +245,7 @@ void wakep(Runtime* rt) noexcept {
 
 void startm(Runtime* rt, P* p, bool spinning) {
   M* m = nullptr;
+  bool took_waiter = false;
   {
     base::Guard g(rt->lock);
     if (!p) {
@@ -224,7 +263,10 @@ void startm(Runtime* rt, P* p, bool spinning) {
     m = midleget(rt, p);
     // The idle waiter only when no other M idles, so the wait rarely changes hands; with
     // none idle there is nobody to hand it to (Ps are all running or starting).
-    if (!m) m = idle_take(rt);
+    if (!m) {
+      m = idle_take(rt);
+      took_waiter = m != nullptr;
+    }
     if (m) {
       // Under the lock: the waiter, awake on its own, tells "handed a P" from "timer
       // due" by reading idle.waiter/nextp under this lock (idle_wait).
@@ -232,17 +274,21 @@ void startm(Runtime* rt, P* p, bool spinning) {
       m->spinning = spinning;
     }
   }
-  if (!m)
+  if (!m) {
     new_m(rt, p, spinning);
-  else
-    m->park.wakeup();  // release: publishes nextp/spinning
+  } else {
+    m->park.wakeup();                    // release: publishes nextp/spinning
+    if (took_waiter) netpoll_break(rt);  // it may be blocked in the poller
+  }
 }
 
 void handoffp(Runtime* rt, P* p) {
   // Work, or timers that no idle M waits for (the M stuck in blocking() was the only one
   // looking at them): give the P an M, which runs them or idles and becomes the waiter.
   if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
-      (p->timers->next() != TimerHeap::kNever && !idle_has_waiter(rt))) {
+      ((p->timers->next() != TimerHeap::kNever ||
+        rt->netpoll.waiters.load(std::memory_order_relaxed) > 0) &&
+       !idle_has_waiter(rt))) {
     startm(rt, p, false);
     return;
   }
@@ -398,6 +444,12 @@ Task* find_runnable(M* m) {
       continue;
     }
     Task* t = nullptr;
+    if (m->polled) {  // from the idle wait's poll, which got us this P
+      t = take_polled(rt, p, m->polled);
+      m->polled = nullptr;
+      new_slice(p);
+      return t;
+    }
     run_safepoint(p);
     run_own_timers(rt, p);  // what they ready lands in runnext
     // Every 61st schedule, the global queue first (Go's fairness rule; a countdown, not a
@@ -416,6 +468,13 @@ Task* find_runnable(M* m) {
     if ((t = globrunqget(rt, p, 0))) {
       new_slice(p);
       return t;
+    }
+    // The poller, before stealing (Go's order): the tasks I/O readied run here.
+    if (netpoll_worth(rt)) {
+      if (Task* list = netpoll(rt, 0)) {
+        new_slice(p);
+        return take_polled(rt, p, list);
+      }
     }
 
     int busy = rt->nprocs - rt->npidle.load(std::memory_order_relaxed);

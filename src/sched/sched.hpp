@@ -49,6 +49,7 @@
 #include "sched/config.hpp"
 #include "sched/global_queue.hpp"
 #include "sched/idle.hpp"
+#include "sched/netpoll.hpp"
 #include "sched/note.hpp"
 #include "sched/proc.hpp"
 #include "sched/runq.hpp"
@@ -186,6 +187,8 @@ struct Runtime {
   Timers global_timers;  // CORUN_TIMERS=global: the one heap every P arms in
   // The idle wait (sched/idle.hpp): who waits for the earliest deadline, and until when.
   IdleWait idle;
+  // The network poller (sched/netpoll.hpp), set up on the first descriptor opened.
+  Netpoll netpoll;
 };
 
 // What a task asks its M to do once it is off the task's stack.
@@ -208,7 +211,10 @@ struct M {
   P* oldp = nullptr;   // the P it held when it entered blocking()
   P* lastp = nullptr;  // the P it held last (its thread is pinned to that P's CPU)
   bool spinning = false;
-  int pinned_cpu = -2;  // -2 never pinned; -1 unpinned
+  int pinned_cpu = -2;
+  // Tasks the idle wait got from the poller, for the P it was handed (linked by
+  // Task::next, still waiting): find_runnable queues them first. This M's thread only.
+  Task* polled = nullptr;  // -2 never pinned; -1 unpinned
 
   Action action = Action::none;     // set by the task right before switching away
   void (*commit)(void*) = nullptr;  // Action::park: run once off the task's stack
@@ -259,6 +265,10 @@ void acquirep(M* m, P* p) noexcept;
 void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept;  // owner of p only
 void ready(Task* t) noexcept;                       // make a waiting task runnable (any thread)
 void inject_global(Runtime* rt, Task* t) noexcept;  // from a thread without a P
+// The poller's tasks (a Task::next list, state waiting) made runnable from a thread
+// without a P: into the global queue, and an M started per task while Ps idle (Go's
+// injectglist).
+void inject_list(Runtime* rt, Task* list) noexcept;
 
 // ---- tasks (task.cpp) ----------------------------------------------------------------
 Task* task_alloc(Runtime* rt, P* p, std::size_t closure_size, std::size_t closure_align,

@@ -10,7 +10,8 @@
 // idle; then no deadline at all — entering blocking() (sysmon_kick) or a P starting
 // (acquirep) wakes it. An idle runtime therefore costs no wake-ups, a busy one 100 per
 // second. It also runs overdue timers when Ps run and no M waits idle for them
-// (sched/timers.hpp), so a P stuck in one long task holds its timers back 10 ms at most.
+// (sched/timers.hpp), so a P stuck in one long task holds its timers back 10 ms at most,
+// and polls the network when nobody has for 10 ms (netpoll.hpp).
 // Rejected: handing the P off at every blocking() entry (Go's entersyscallblock) — a
 // futex wake and a thread switch per call, even for calls that return in a microsecond.
 #include <cstdio>
@@ -28,6 +29,7 @@ constexpr std::uint64_t kTickNs = 20'000;
 constexpr std::uint64_t kMaxTickNs = 10'000'000;
 constexpr std::uint64_t kForceRetakeNs = 10'000'000;
 constexpr std::uint64_t kSliceNs = 10'000'000;    // Go's forcePreemptNS
+constexpr std::uint64_t kPollNs = 10'000'000;     // poll when nobody has for this long
 constexpr std::uint64_t kTrimNs = 1'000'000'000;  // idle task stacks go back after 1-2 s
 constexpr int kIdleRounds = 100;  // one second of 10 ms looks before sleeping for good
 
@@ -151,6 +153,11 @@ void* sysmon_main(void* arg) {
     }
     // Timers of Ps stuck in long tasks, or in blocking(), when no M waits idle for them.
     if (!idle_has_waiter(rt)) rt->timers.run_due(static_cast<std::int64_t>(now));
+    // I/O nobody has polled for 10 ms (every P busy in long tasks): Go's sysmon does this.
+    if (netpoll_worth(rt) &&
+        static_cast<std::int64_t>(now) - rt->netpoll.lastpoll.load(std::memory_order_relaxed) >
+            static_cast<std::int64_t>(kPollNs))
+      inject_list(rt, netpoll(rt, 0));
     idle_rounds = running ? 0 : idle_rounds + 1;
     if (!watching) {
       // No blocking() call to watch. With Ps running, look again in one time slice;

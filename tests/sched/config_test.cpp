@@ -51,9 +51,9 @@ const char* accepted_of(const std::string& name) {
 }
 
 const std::vector<std::string> kExpectedNames = {
-    "CORUN_PROCS",        "CORUN_PIN",           "CORUN_NUMA",          "CORUN_RUNNEXT_BACKOFF",
-    "CORUN_TIMERS",       "CORUN_TIMERSLACK_NS", "CORUN_TIMER_SPIN_NS", "CORUN_POOL",
-    "CORUN_POOL_TRIM_MS", "CORUN_STACK_KB",      "CORUN_DEBUG",
+    "CORUN_PROCS",  "CORUN_PIN",           "CORUN_NUMA",          "CORUN_RUNNEXT_BACKOFF",
+    "CORUN_TIMERS", "CORUN_TIMERSLACK_NS", "CORUN_TIMER_SPIN_NS", "CORUN_NETPOLL_WAIT",
+    "CORUN_POOL",   "CORUN_POOL_TRIM_MS",  "CORUN_STACK_KB",      "CORUN_DEBUG",
 };
 
 // Saves all CORUN_* variables, clears them; the destructor clears and restores them.
@@ -126,11 +126,16 @@ TEST_SUITE("unit.config") {
     CHECK(one("CORUN_TIMERS", "per-p") == Settings{});
     CHECK(one("CORUN_TIMERSLACK_NS", "1000") == Settings{});
     CHECK(one("CORUN_TIMER_SPIN_NS", "0") == Settings{});
+    CHECK(one("CORUN_NETPOLL_WAIT", "pwait2") == Settings{});
     CHECK(one("CORUN_POOL", "sharded") == Settings{});
     CHECK(one("CORUN_POOL_TRIM_MS", "5000") == Settings{});
   }
 
   TEST_CASE("every accepted form") {
+    SUBCASE("CORUN_NETPOLL_WAIT") {
+      CHECK(one("CORUN_NETPOLL_WAIT", "timerfd").netpoll_timerfd);
+      CHECK(!one("CORUN_NETPOLL_WAIT", "pwait2").netpoll_timerfd);
+    }
     SUBCASE("CORUN_PROCS") {
       CHECK(one("CORUN_PROCS", "1").procs == 1);
       CHECK(one("CORUN_PROCS", "2").procs == 2);
@@ -194,6 +199,7 @@ TEST_SUITE("unit.config") {
                                          {"CORUN_STACK_KB", "128"},
                                          {"CORUN_POOL_TRIM_MS", "100"},
                                          {"CORUN_POOL", "global"},
+                                         {"CORUN_NETPOLL_WAIT", "timerfd"},
                                          {"CORUN_TIMER_SPIN_NS", "20000"},
                                          {"CORUN_TIMERSLACK_NS", "1"},
                                          {"CORUN_TIMERS", "global"},
@@ -203,8 +209,8 @@ TEST_SUITE("unit.config") {
                                          {"CORUN_PROCS", "3"}});
       CHECK(corun::sched::describe(s) ==
             "procs=3 pin=off numa=off runnext_backoff=usleep:100 timers=global timerslack_ns=1 "
-            "timer_spin_ns=20000 pool=global pool_trim_ms=100 stack_kb=128 schedtrace_ms=10 "
-            "stealorder=1");
+            "timer_spin_ns=20000 netpoll_wait=timerfd pool=global pool_trim_ms=100 stack_kb=128 "
+            "schedtrace_ms=10 stealorder=1");
     }
   }
 
@@ -258,6 +264,7 @@ TEST_SUITE("unit.config") {
         {"CORUN_TIMERSLACK_NS", "1e3", "from 1 to 1000000000"},
         {"CORUN_TIMER_SPIN_NS", "10000001", "from 0 to 10000000"},
         {"CORUN_TIMER_SPIN_NS", "-0", "from 0 to 10000000"},
+        {"CORUN_NETPOLL_WAIT", "epoll", "pwait2 or timerfd"},
         {"CORUN_POOL", "shard", "sharded or global"},
         {"CORUN_POOL", "Global", "sharded or global"},
         {"CORUN_POOL_TRIM_MS", "0", "from 1 to 3600000"},
@@ -406,7 +413,8 @@ TEST_SUITE("unit.config") {
     CHECK(corun::sched::format_backoff(Backoff{BackoffKind::yield, 0}) == "yield");
     CHECK(corun::sched::describe(Settings{}) ==
           "procs=default pin=on numa=auto runnext_backoff=spin:3000 timers=per-p "
-          "timerslack_ns=1000 timer_spin_ns=0 pool=sharded pool_trim_ms=5000 stack_kb=default "
+          "timerslack_ns=1000 timer_spin_ns=0 netpoll_wait=pwait2 pool=sharded pool_trim_ms=5000 "
+          "stack_kb=default "
           "schedtrace_ms=off stealorder=0");
     // format_backoff's output parses back to the same Backoff.
     for (const Backoff& b : {Backoff{}, Backoff{BackoffKind::spin, 0},

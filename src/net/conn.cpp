@@ -1,0 +1,178 @@
+// net/conn.cpp — Conn's calls and dial (contract: include/corun/net.hpp).
+//
+// Every call follows Go's internal/poll.FD pattern: count the call (the descriptor stays
+// open), take the direction's lock, prepare the poll record (closed or past the deadline:
+// fail before touching data), then try the syscall and wait on the poll record only on
+// EAGAIN. A read that finds data never parks; a write parks only when the socket buffer is
+// full. send() uses MSG_NOSIGNAL: a reset peer gives EPIPE, never SIGPIPE.
+// Rejected: reading into a per-conn buffer (users bring their own; no copy, no memory per
+// idle connection); a write timeout per call (Go's deadlines are per conn, absolute).
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cerrno>
+#include <chrono>
+#include <mutex>
+
+#include <corun/net.hpp>
+
+#include "net/addr.hpp"
+#include "net/socket.hpp"
+#include "os/thread.hpp"
+#include "sched/proc.hpp"
+
+namespace corun::net {
+
+using detail::Call;
+using detail::Socket;
+
+namespace {
+
+std::int64_t to_ns(Clock::time_point t) noexcept {
+  if (t == Clock::time_point{}) return 0;
+  std::int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  return ns > 0 ? ns : 1;  // before the clock's epoch: long past, expires at once
+}
+
+}  // namespace
+
+std::size_t Conn::read(std::span<std::byte> buf) {
+  Call c(s_, "read");
+  std::lock_guard<corun::Mutex> g(s_->rmu);
+  if (buf.empty()) return 0;
+  detail::throw_poll(s_->pd->prepare(false), "read");
+  for (;;) {
+    ssize_t n = ::read(s_->fd, buf.data(), buf.size());
+    if (n >= 0) return static_cast<std::size_t>(n);
+    int err = errno;
+    if (err == EINTR) continue;
+    if (err != EAGAIN) detail::throw_errno(err, "read");
+    detail::throw_poll(s_->pd->wait(false), "read");
+  }
+}
+
+std::size_t Conn::write(std::span<const std::byte> buf) {
+  Call c(s_, "write");
+  std::lock_guard<corun::Mutex> g(s_->wmu);
+  detail::throw_poll(s_->pd->prepare(true), "write");
+  std::size_t done = 0;
+  while (done < buf.size()) {
+    ssize_t n = ::send(s_->fd, buf.data() + done, buf.size() - done, MSG_NOSIGNAL);
+    if (n >= 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    int err = errno;
+    if (err == EINTR) continue;
+    if (err != EAGAIN) detail::throw_errno(err, "write");
+    detail::throw_poll(s_->pd->wait(true), "write");
+  }
+  return done;
+}
+
+void Conn::set_deadline(Clock::time_point t) {
+  Call c(s_, "set_deadline");
+  s_->pd->set_deadline(to_ns(t), true, true);
+}
+
+void Conn::set_read_deadline(Clock::time_point t) {
+  Call c(s_, "set_read_deadline");
+  s_->pd->set_deadline(to_ns(t), true, false);
+}
+
+void Conn::set_write_deadline(Clock::time_point t) {
+  Call c(s_, "set_write_deadline");
+  s_->pd->set_deadline(to_ns(t), false, true);
+}
+
+void Conn::close() noexcept {
+  if (s_) s_->close();
+}
+
+void Conn::close_write() {
+  Call c(s_, "close_write");
+  if (::shutdown(s_->fd, SHUT_WR) != 0) detail::throw_errno(errno, "close_write");
+}
+
+std::string Conn::local_addr() const {
+  Call c(s_, "local_addr");
+  return detail::sock_name(s_->fd, false);
+}
+
+std::string Conn::remote_addr() const {
+  Call c(s_, "remote_addr");
+  return detail::sock_name(s_->fd, true);
+}
+
+int Conn::native_handle() const noexcept {
+  if (!s_ || (s_->state.load(std::memory_order_acquire) & Socket::kClosed)) return -1;
+  return s_->fd;
+}
+
+namespace {
+
+// One connection attempt; the socket record on success. Throws timeout_error or
+// std::system_error.
+Socket* connect_one(const detail::SockAddr& a, std::int64_t deadline) {
+  int fd = ::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (fd < 0) detail::throw_errno(errno, "dial: socket");
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  Socket* s = detail::adopt(fd);  // closes fd if it throws
+  try {
+    int rc;
+    do {
+      rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.ss), a.len);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      if (errno != EINPROGRESS) detail::throw_errno(errno, "dial");
+      if (deadline) s->pd->set_deadline(deadline, false, true);
+      for (;;) {
+        detail::throw_poll(s->pd->wait(true), "dial");
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (err == 0) break;
+        if (err == EINPROGRESS || err == EALREADY || err == EINTR) continue;
+        detail::throw_errno(err, "dial");
+      }
+      if (deadline) s->pd->set_deadline(0, false, true);
+    }
+  } catch (...) {
+    detail::socket_release(s);
+    throw;
+  }
+  return s;
+}
+
+}  // namespace
+
+Conn dial(std::string_view host_port, Duration timeout) {
+  if (!sched::in_task())
+    throw std::logic_error(
+        "corun::net: dial called outside a task (net calls are made from tasks)");
+  std::int64_t deadline = 0;
+  if (timeout > Duration::zero()) {
+    std::int64_t now = static_cast<std::int64_t>(os::monotonic_ns());
+    std::int64_t t = timeout.count();
+    deadline = t > INT64_MAX - now ? 0 : now + t;  // Duration::max(): no deadline at all
+  }
+  std::vector<detail::SockAddr> addrs = detail::resolve(host_port, false);
+  std::exception_ptr last;
+  for (const auto& a : addrs) {
+    if (deadline && static_cast<std::int64_t>(os::monotonic_ns()) >= deadline)
+      throw timeout_error("corun::net: dial " + std::string(host_port) + ": i/o timeout");
+    try {
+      return Conn(connect_one(a, deadline));
+    } catch (const timeout_error&) {
+      throw;
+    } catch (...) {
+      last = std::current_exception();
+    }
+  }
+  std::rethrow_exception(last);
+}
+
+}  // namespace corun::net
