@@ -1,6 +1,7 @@
 # corun build. `make` builds build/libcorun.a, the tests and build/corun-bench.
 #   make test | make bench | make deps | make install PREFIX=/usr/local | make format
 #   make check-layers (includes respect the layers) | make tsa (clang -Wthread-safety)
+#   make fuzz (libFuzzer on the HTTP parser of examples/httpd.cpp, FUZZ_SECONDS=20)
 #   MODE=release|debug (debug: -O0, expensive invariant checks)
 #   SAN=address (ASan+UBSan) | SAN=thread (TSan), each in its own build folder.
 #   NO_JEMALLOC=1: P memory from aligned_alloc, no -ljemalloc (keeps glibc's malloc).
@@ -148,6 +149,25 @@ tsa:
 	    -Iinclude -Isrc -fsyntax-only $$f || exit 1; \
 	done; echo "tsa: $(words $(LIB_CPP)) files pass clang -Wthread-safety"
 
+# libFuzzer target of the HTTP request parser of examples/httpd.cpp
+# (fuzz/http_parser_fuzz.cpp, its invariants at its top): builds build/fuzz/http_parser_fuzz
+# with clang++ (ASan+UBSan), writes the seed corpus (fuzz/seeds.sh) to build/fuzz/corpus,
+# where libFuzzer also keeps what it finds, and fuzzes for FUZZ_SECONDS. A crash fails the
+# target and leaves its input in build/fuzz/crash-*. Not part of `make test`.
+FUZZ_CXX ?= clang++
+FUZZ_SECONDS ?= 20
+.PHONY: fuzz
+fuzz: build/fuzz/http_parser_fuzz
+	@bash fuzz/seeds.sh build/fuzz/corpus
+	build/fuzz/http_parser_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=12000 \
+	  -dict=fuzz/http.dict -artifact_prefix=build/fuzz/ -print_final_stats=1 build/fuzz/corpus
+
+build/fuzz/http_parser_fuzz: fuzz/http_parser_fuzz.cpp examples/http_parser.hpp
+	@bash scripts/deps.sh clang
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) -std=c++20 -Wall -Wextra -Werror -g -O1 -fno-omit-frame-pointer \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $<
+
 # Every build CI runs: release, ASan+UBSan, TSan, release with 4-slot run queues.
 check-all:
 	@$(MAKE) --no-print-directory test
@@ -166,4 +186,4 @@ format-check:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(EXAMPLES:=.d)

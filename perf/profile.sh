@@ -30,7 +30,7 @@ case $mode in
     perf buildid-cache --add "$exe" >/dev/null 2>&1 || true
     events=()
     for p in spawn park ready steal spinning_idle chan_block select_block chan_close timer_fire \
-      timer_watch pool_spill pool_refill pool_trim; do
+      timer_watch netpoll pool_spill pool_refill pool_trim; do
       perf probe -q -x "$exe" "sdt_corun:$p" >/dev/null 2>&1 || true
       events+=(-e "sdt_corun:$p")
     done

@@ -4,9 +4,10 @@
 // open), take the direction's lock, prepare the poll record (closed or past the deadline:
 // fail before touching data), then try the syscall and wait on the poll record only on
 // EAGAIN. A read that finds data never parks; a write parks only when the socket buffer is
-// full. send() uses MSG_NOSIGNAL: a reset peer gives EPIPE, never SIGPIPE.
-// Rejected: reading into a per-conn buffer (users bring their own; no copy, no memory per
-// idle connection); a write timeout per call (Go's deadlines are per conn, absolute).
+// full; a read after a short one waits for readiness first (socket.hpp rdrained), so a
+// request/response exchange costs no EAGAIN read. send() uses MSG_NOSIGNAL: a reset peer gives
+// EPIPE, never SIGPIPE. Rejected: reading into a per-conn buffer (users bring their own; no copy,
+// no memory per idle connection); a write timeout per call (Go's deadlines are per conn, absolute).
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -42,10 +43,16 @@ std::size_t Conn::read(std::span<std::byte> buf) {
   Call c(s_, "read");
   std::lock_guard<corun::Mutex> g(s_->rmu);
   if (buf.empty()) return 0;
-  detail::throw_poll(s_->pd->prepare(false), "read");
+  // Drained by the last read: wait for the next edge first (an edge already recorded
+  // returns at once); the wait checks closing and the deadline as prepare() does, and
+  // keeps the notification prepare() would drop.
+  detail::throw_poll(s_->rdrained ? s_->pd->wait(false) : s_->pd->prepare(false), "read");
   for (;;) {
     ssize_t n = ::read(s_->fd, buf.data(), buf.size());
-    if (n >= 0) return static_cast<std::size_t>(n);
+    if (n >= 0) {
+      s_->rdrained = static_cast<std::size_t>(n) < buf.size();
+      return static_cast<std::size_t>(n);
+    }
     int err = errno;
     if (err == EINTR) continue;
     if (err != EAGAIN) detail::throw_errno(err, "read");

@@ -35,6 +35,11 @@ struct Socket {
   const int fd;
   sched::PollDesc* const pd;
   corun::Mutex rmu;  // serialises reads and accepts
+  // The last read returned less than asked: the socket was drained then, and any byte
+  // arriving since raises a new edge, so the next read waits for readiness before its
+  // syscall instead of reading EAGAIN first (nginx's `ready = 0` after a short recv).
+  // Guarded by rmu.
+  bool rdrained = false;
   corun::Mutex wmu;  // serialises writes, so one write's bytes stay contiguous
   std::atomic<std::uint32_t> state{0};
 

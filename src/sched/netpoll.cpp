@@ -22,6 +22,7 @@
 #include <system_error>
 
 #include "base/check.hpp"
+#include "base/probes.hpp"
 #include "os/thread.hpp"
 #include "sched/fence.hpp"
 #include "sched/park.hpp"
@@ -118,6 +119,7 @@ Task* netpoll(Runtime* rt, std::int64_t until) {
   if (blocks) np.lastpoll.store(0, std::memory_order_relaxed);
   int n = sys::poll(np, until, evs, kMax);
   np.lastpoll.store(static_cast<std::int64_t>(os::monotonic_ns()), std::memory_order_relaxed);
+  CORUN_PROBE2(netpoll, n, blocks ? 1 : 0);
   Task* list = nullptr;
   for (int i = 0; i < n; i++) {
     PollDesc* pd = evs[i].pd;
