@@ -27,7 +27,9 @@
 // minus Floor/idle is the runtime's own cost. Floor/busy runs beside the same spinning
 // tasks (the thread must get a CPU from them). Sleep1=<d>: the Sleep row with one task,
 // the Floor rows' shape. TimerfdFloor=<d>: the Floor row with an absolute timerfd and
-// read(2) instead of the futex. Go twin: scripts/gobench/time_test.go.
+// read(2) instead of the futex. Go twin: scripts/gobench/time_test.go. The busy load and
+// the percentiles are perf/lateness.hpp's, shared with TimerLateness/ReadDeadline
+// (bench_net.cpp).
 //
 // Rejected: Go's own spreading (GOMAXPROCS goroutines, wherever they run): a task that
 // yields does not wake a sleeping P, so both garbage sets can land on one P. A histogram
@@ -61,6 +63,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "lateness.hpp"
 
 namespace {
 
@@ -69,7 +72,11 @@ using corun::Chan;
 using corun::Clock;
 using corun::Duration;
 using corun::bench::B;
+using corun::bench::BusyLoad;
+using corun::bench::Load;
+using corun::bench::ns;
 using corun::bench::PB;
+using corun::bench::report_lateness;
 
 constexpr int kGarbagePerP = 1 << 15;  // Go: garbage := make([]*Timer, 1<<15) per P
 constexpr int kInner = 1000;           // Go: bench(1000) per pb.Next()
@@ -232,68 +239,6 @@ CORUN_BENCHMARK(TickerResetNaive) {
 // ---- TimerLateness ---------------------------------------------------------------------
 
 constexpr int kLatenessTasks = 100;
-constexpr Duration kSpinChunk = 5us;  // busy load: spin this long between yields
-
-enum class Load { idle, busy };
-
-// procs extra tasks that spin kSpinChunk on the clock and yield, until stop(). Started
-// (all running) when the constructor returns; stop() joins them.
-class BusyLoad {
- public:
-  explicit BusyLoad(int tasks) : tasks_(tasks) {
-    finished_.add(tasks);
-    for (int i = 0; i < tasks; ++i) {
-      corun::go([this] {
-        // relaxed: plain signals; finished_ orders the tasks' exit before stop() returns.
-        started_.fetch_add(1, std::memory_order_relaxed);
-        while (!stop_.load(std::memory_order_relaxed)) {
-          const auto until = Clock::now() + kSpinChunk;
-          while (Clock::now() < until) {
-          }
-          corun::yield();
-        }
-        finished_.done();
-      });
-    }
-    while (started_.load(std::memory_order_relaxed) < tasks_) corun::yield();
-  }
-  BusyLoad(const BusyLoad&) = delete;
-  BusyLoad& operator=(const BusyLoad&) = delete;
-  ~BusyLoad() { stop(); }
-  void stop() {
-    if (stop_.exchange(true, std::memory_order_relaxed)) return;
-    finished_.wait();
-  }
-
- private:
-  int tasks_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> started_{0};
-  corun::WaitGroup finished_;
-};
-
-std::int64_t ns(Duration d) {
-  return d.count();
-}
-
-// Reports p50-ns, p99-ns, max-ns of all samples (nearest rank: the ceil(q n)-th
-// smallest). Throws if a sample is negative: something woke before its deadline.
-void report_lateness(B& b, const std::vector<std::vector<std::int64_t>>& samples,
-                     const std::string& what) {
-  std::vector<std::int64_t> all;
-  for (const auto& v : samples) all.insert(all.end(), v.begin(), v.end());
-  if (all.empty()) return;
-  std::sort(all.begin(), all.end());
-  if (all.front() < 0)
-    throw std::logic_error(what + ": woke " + std::to_string(-all.front()) +
-                           " ns before the deadline");
-  auto percentile = [&all](std::size_t permille) {
-    return static_cast<double>(all[(permille * all.size() + 999) / 1000 - 1]);
-  };
-  b.report_metric(percentile(500), "p50-ns");
-  b.report_metric(percentile(990), "p99-ns");
-  b.report_metric(static_cast<double>(all.back()), "max-ns");
-}
 
 // Sleep=<d>: each of kLatenessTasks tasks does b.n sleep(d). Sleep1=<d>: one task does
 // (the same shape as the Floor rows: one waiter, so its lateness compares with theirs).

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tests of scripts/benchcmp, scripts/benchlib.py (shared with go-compare and bench-all)
-and scripts/bench-all's driver (against a fake corun-bench), with hand-checked values.
+and scripts/bench-all's driver (against a fake corun-bench), and scripts/bench-server's
+run.sh patch and tables (no server runs), with hand-checked values.
 Run: python3 scripts/benchcmp_test.py"""
 
 import contextlib
@@ -30,6 +31,7 @@ def _load(name):
 
 bc = _load("benchcmp")
 ba = _load("bench-all")
+bs = _load("bench-server")
 import benchlib as bl  # noqa: E402  (benchcmp put scripts/ on the path)
 
 
@@ -341,6 +343,102 @@ class Driver(unittest.TestCase):
             self.assertFalse(os.path.exists(log))
             self.assertEqual(r.stdout[:r.stdout.index("== summary")],
                              out[:out.index("== summary")])
+
+    def test_pairs_put_two_groups_of_rows_side_by_side(self):
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "corun-bench")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\nexit 0\n")
+            os.chmod(fake, 0o755)
+            os.makedirs(os.path.join(d, "bench"))
+            with open(os.path.join(d, "bench", "net-per-p.txt"), "w") as f:
+                for k in range(3):
+                    f.write("BenchmarkNetEcho/nodeadline-2 1000 %d ns/op 99 cpu%%\n" % (100 + k))
+                    f.write("BenchmarkNetEcho/deadline-2 1000 %d ns/op 99 cpu%%\n" % (120 + k))
+                    f.write("BenchmarkTimerLateness/Sleep1=50us/idle 100 1 ns/op 10 p50-ns "
+                            "%d p99-ns 99 max-ns\n" % (20 + k))
+                    f.write("BenchmarkTimerLateness/ReadDeadline=50us/idle 100 1 ns/op 10 p50-ns "
+                            "%d p99-ns 99 max-ns\n" % (30 + k))
+            p = subprocess.run([sys.executable, os.path.join(_DIR, "bench-all"), "--section",
+                                "net", "--report", "--no-go", d], capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertRegex(p.stdout, r"\nNetEcho-2 +101\.0 +121\.0 +1\.20x  \(p=0\.100 n=3\+3\)")
+            self.assertRegex(p.stdout, r"\nTimerLateness/\*=50us/idle +21\.00 +31\.00 +1\.48x")
+            self.assertIn("ReadDeadline p99-ns", p.stdout)
+            self.assertNotIn("ReadDeadline ns/op", p.stdout)  # units=p50/p99/max only
+
+
+class Server(unittest.TestCase):
+    RUNSH = ("for b in bin/go-nethttp bin/go-raw bin/asio-raw bin/beast-http; do\n  :\ndone\n"
+             "command -v nginx >/dev/null || { exit 1; }\n"
+             "  case $name in\n    go-raw-P?) CMD=(x) ;;\n    nginx-w?)\n      CMD=(y) ;;\n"
+             "  esac\n")
+
+    def test_run_sh_patch_adds_corun_and_fails_loudly(self):
+        t = bs.patch_runsh(self.RUNSH)
+        self.assertIn('corun-P?)        CMD=(env CORUN_PROCS=$n "$HTTPD_BIN" 127.0.0.1:$port)',
+                      t)
+        self.assertIn("corun-usleep-P?) CMD=(env CORUN_PROCS=$n "
+                      "CORUN_RUNNEXT_BACKOFF=usleep:100", t)
+        self.assertIn("corun-global-P?) CMD=(env CORUN_PROCS=$n CORUN_TIMERS=global", t)
+        self.assertLess(t.index("corun-global-P?)"), t.index("nginx-w?)"))
+        self.assertIn("${NEED_BINS-bin/go-nethttp", t)
+        with self.assertRaisesRegex(ValueError, "does not apply"):
+            bs.patch_runsh(self.RUNSH.replace("    nginx-w?)\n", ""))
+        self.assertEqual(bs.corun_env("corun-global-P2"), {"CORUN_TIMERS": "global"})
+        self.assertEqual(bs.corun_env("corun-P1"), {})
+        self.assertIsNone(bs.corun_env("go-raw-P1"))
+        self.assertEqual(bs.peer_binary("go-raw-nodl-P1"), ("bin/go-raw", "go"))
+        self.assertEqual(bs.peer_binary("nginx-w2"), (None, "nginx"))
+
+    def test_knobs(self):
+        self.assertEqual(bs.knobs("seeds", {})[1:], ("10000", "3", "8s"))
+        self.assertEqual(bs.knobs("server", {"CONNS": " 100  1000", "ROUNDS": "1",
+                                             "DURATION": "2s", "SERVERS": "nginx-w1"}),
+                         (["nginx-w1"], "100 1000", "1", "2s"))
+        for bad in ({"DURATION": "2"}, {"CONNS": "x"}, {"ROUNDS": "0"}):
+            with self.assertRaises(ValueError):
+                bs.knobs("server", bad)
+
+    def test_tables_from_rows(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "rows.tsv")
+            with open(path, "w") as f:
+                for r, (a, b) in enumerate([(1000, 1200), (1100, 1000)], 1):
+                    f.write("10000\t%d\tcorun-usleep-P2\t2\t1\t%d\t1.0\t%d.0\t0\t90\t90\t0\n"
+                            % (r, a, 40 + r))
+                    f.write("10000\t%d\tcorun-P2\t2\t1\t%d\t1.0\t%d.0\t0\t90\t90\t0\n"
+                            % (r, b, 20 + r))
+                    f.write("10000\t%d\tgo-raw-P2\t2\t1\t500\t1.0\t10.0\t0\t9\t9\t0\n" % r)
+                f.write("10000\t1\tnginx-w2\t2\t1\t-\t-\t-\tNOT-UP\t-\t-\t-\n")
+            rows = bs.parse_rows(path)
+        med = bs.medians(rows)
+        self.assertEqual(med[("corun-P2", 10000)][:2], (1100, 21.5))
+        claims = bs.claims_table(med, [10000])
+        self.assertEqual(len(claims), 2)  # header + the one claim whose servers both ran
+        self.assertRegex(claims[1], r"CL 20835 .* 41\.50 +21\.50 +0\.52x +1050 +1100 +1\.05x$")
+        peers = bs.peers_table(med, ["corun-P2", "go-raw-P2", "nginx-w2"], [10000])
+        self.assertRegex(peers[1],
+                         r"corun-P2 +go-raw-P2 +1100 +500 +2\.20x +21\.50 +10\.00 +2\.15x$")
+        self.assertRegex(peers[2], r"nginx-w2 +1100 +- +- +21\.50 +- +-$")
+
+    def test_bench_all_plans_the_script_sections(self):
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "corun-bench")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\nexit 0\n")
+            os.chmod(fake, 0o755)
+            p = subprocess.run([sys.executable, os.path.join(_DIR, "bench-all"), "--dry-run",
+                                "--section", "server*", d], capture_output=True, text=True,
+                               env=dict(os.environ, SEED_ROUNDS="1", SERVERS="a-P1 b-P1",
+                                        CONNS="100", ROUNDS="1"))
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("scripts/bench-server %s > %s"
+                          % (d, os.path.join(d, "bench", "server.txt")), p.stdout)
+            self.assertIn("scripts/bench-server --seeds %s >" % d, p.stdout)
+            # bench-server's estimates: 20 s + runs x (8 s + 1.5 s): 2 runs + 5 runs
+            self.assertIn("# estimate: 1:47", p.stdout)
 
 
 if __name__ == "__main__":

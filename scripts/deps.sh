@@ -3,11 +3,23 @@
 # nothing when all are present (so `make test` can call it every time). apt-get as root,
 # sudo otherwise. Go (golang-go) is only for scripts/go-compare and make bench's corun-vs-Go
 # sections, and is not installed here.
-# Usage: scripts/deps.sh [clang]   (clang: also clang++, for `make tsa` only)
+# Usage: scripts/deps.sh [clang|bench-server]
+#   clang         also clang++, for `make tsa` only
+#   bench-server  ONLY what make bench's server section needs (scripts/bench-server: the
+#                 HTTP peers and wrk): wrk nginx-light libboost-dev golang-go curl iproute2
+#                 g++ make. Installed with service starts blocked (a policy-rc.d that exits
+#                 101, removed afterwards), so nginx's package does not start the system
+#                 nginx on port 80; the benchmark runs nginx from a private prefix. Exit
+#                 status 0 even when some package could not be installed: the section
+#                 skips the peers whose package is missing.
 set -euo pipefail
-pkgs=(g++ make pkg-config python3 libhwloc-dev hwloc libnuma-dev libjemalloc-dev doctest-dev
-      systemtap-sdt-dev libfmt-dev linux-perf clang-format)
-if [ "${1:-}" = clang ]; then pkgs+=(clang); fi
+if [ "${1:-}" = bench-server ]; then
+  pkgs=(wrk nginx-light libboost-dev golang-go curl iproute2 g++ make)
+else
+  pkgs=(g++ make pkg-config python3 libhwloc-dev hwloc libnuma-dev libjemalloc-dev doctest-dev
+        systemtap-sdt-dev libfmt-dev linux-perf clang-format)
+  if [ "${1:-}" = clang ]; then pkgs+=(clang); fi
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,5 +28,22 @@ done
 echo "deps: installing ${missing[*]}"
 if [ "$(id -u)" -eq 0 ]; then sudo=(); else sudo=(sudo); fi
 export DEBIAN_FRONTEND=noninteractive
+if [ "${1:-}" = bench-server ]; then
+  # Block service starts during the install; an existing policy-rc.d is left alone.
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# scripts/deps.sh bench-server: no service starts during the install\nexit 101\n' |
+      "${sudo[@]}" tee "$policy" >/dev/null
+    "${sudo[@]}" chmod 755 "$policy"
+    trap '"${sudo[@]}" rm -f "$policy"' EXIT
+  fi
+  "${sudo[@]}" apt-get update -qq || true
+  # One at a time: a package the mirror lacks must not keep the others out.
+  for p in "${missing[@]}"; do
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$p" ||
+      echo "deps: could not install $p (the server section skips what needs it)" >&2
+  done
+  exit 0
+fi
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
