@@ -99,8 +99,9 @@ Settings settings_from_environment();
 std::string format_backoff(const Backoff& b);
 
 // One line for CORUN_DEBUG output, e.g. "procs=2 pin=on numa=auto runnext_backoff=spin:3000
-// timers=per-p timerslack_ns=1000 timer_spin_ns=0 netpoll_wait=pwait2 pool=sharded pool_trim_ms=5000
-// stack_kb=default schedtrace_ms=off stealorder=0" (unset procs/stack_kb print "default").
+// timers=per-p timerslack_ns=1000 timer_spin_ns=0 netpoll_wait=pwait2 pool=sharded
+// pool_trim_ms=5000 stack_kb=default schedtrace_ms=off stealorder=0" (unset procs/stack_kb print
+// "default").
 std::string describe(const Settings& s);
 
 }  // namespace corun::sched

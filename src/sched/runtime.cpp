@@ -41,7 +41,7 @@ std::atomic<bool> g_active{false};         // a run() is in progress
 // The last reference is gone: no thread touches rt any more, so its guarded fields need
 // no lock (beyond the analysis).
 void destroy_runtime(Runtime* rt) noexcept CORUN_NO_TSA {
-  rt->timers.drain();  // timers still armed: abandoned (records freed) before the Ps go
+  rt->timers.drain();   // timers still armed: abandoned (records freed) before the Ps go
   netpoll_destroy(rt);  // descriptors still open are rebound by a later run that uses them
   for (P* p : rt->ps) {
     task_cache_drain(p);
