@@ -41,6 +41,11 @@ class PollCache {
       constexpr int kChunk = 64;  // records per allocation; never freed (netpoll.hpp)
       auto* chunk = new PollDesc[kChunk];
       for (int i = 0; i < kChunk; i++) {
+        // Set once for the record's life: a stale deadline fire may read them while the
+        // record is reopened for another descriptor.
+        chunk[i].rtimer_.pd = chunk[i].wtimer_.pd = &chunk[i];
+        chunk[i].rtimer_.write = false;
+        chunk[i].wtimer_.write = true;
         chunk[i].link_ = free_;
         free_ = &chunk[i];
       }
@@ -166,9 +171,6 @@ PollDesc* PollDesc::open(int fd) {
   }
   pd->rg_.store(kNil, std::memory_order_relaxed);
   pd->wg_.store(kNil, std::memory_order_relaxed);
-  pd->rtimer_.pd = pd->wtimer_.pd = pd;
-  pd->rtimer_.write = false;
-  pd->wtimer_.write = true;
   if (int err = sys::open(rt->netpoll, fd, pd)) {
     pd->fd_ = -1;
     cache().free(pd);

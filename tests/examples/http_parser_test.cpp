@@ -132,7 +132,8 @@ TEST_SUITE("unit.http_parser") {
     CHECK(p.parse(head).outcome == Outcome::kNeedMore);
     CHECK(p.wanted() == head.size() + 5);
     CHECK(p.parse(head + "abcd").outcome == Outcome::kNeedMore);
-    Result r = p.parse(head + "abcdeGET");
+    const std::string full = head + "abcdeGET";  // the request's views point into it
+    Result r = p.parse(full);
     REQUIRE(r.outcome == Outcome::kComplete);
     CHECK(r.consumed == head.size() + 5);
     CHECK(p.request().body == "abcde");
