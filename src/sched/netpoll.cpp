@@ -108,7 +108,7 @@ void netpoll_break(Runtime* rt) noexcept {
   // seq_cst, after the waker's note store: if this fails because the last poller has not
   // cleared wake_sig yet, the next poller, which claims Netpoll::blocking after that clear
   // (seq_cst), sees the note and does not block (netpoll's `stop`).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  full_fence();
   if (np.wake_sig.compare_exchange_strong(expect, 1, std::memory_order_seq_cst)) sys::wakeup(np);
 }
 
