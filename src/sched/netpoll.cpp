@@ -169,8 +169,11 @@ PollDesc* PollDesc::open(int fd) {
     pd->rd_ = pd->wd_ = 0;
     pd->info_.store(0, std::memory_order_seq_cst);
   }
-  pd->rg_.store(kNil, std::memory_order_relaxed);
-  pd->wg_.store(kNil, std::memory_order_relaxed);
+  // release: the poller learns of the record through epoll (a syscall TSan cannot see
+  // through); its seq_cst load of a semaphore then synchronises with these stores, so the
+  // record's initialisation happens before any use the poller makes of it.
+  pd->rg_.store(kNil, std::memory_order_release);
+  pd->wg_.store(kNil, std::memory_order_release);
   if (int err = sys::open(rt->netpoll, fd, pd)) {
     pd->fd_ = -1;
     cache().free(pd);
