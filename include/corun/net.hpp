@@ -43,24 +43,43 @@ struct timeout_error : std::runtime_error {
 namespace detail {
 struct Socket;  // src/net/socket.hpp: the descriptor, its poll record, its locks
 void socket_release(Socket* s) noexcept;
+int socket_fd(const Socket* s) noexcept;
+
+// The one reference a Conn or Listener holds on its socket record: move-only; dropping it
+// closes the socket (the record lives on while a call still uses it).
+class SocketRef {
+ public:
+  SocketRef() noexcept = default;
+  explicit SocketRef(Socket* s) noexcept : s_(s) {}
+  SocketRef(SocketRef&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  SocketRef& operator=(SocketRef&& o) noexcept {
+    if (this != &o) {
+      if (s_) socket_release(s_);
+      s_ = std::exchange(o.s_, nullptr);
+    }
+    return *this;
+  }
+  SocketRef(const SocketRef&) = delete;
+  SocketRef& operator=(const SocketRef&) = delete;
+  ~SocketRef() {
+    if (s_) socket_release(s_);
+  }
+  Socket* get() const noexcept { return s_; }
+  Socket* operator->() const noexcept { return s_; }
+  explicit operator bool() const noexcept { return s_ != nullptr; }
+  int fd() const noexcept { return socket_fd(s_); }  // -1 when empty or closed
+
+ private:
+  Socket* s_ = nullptr;
+};
 }  // namespace detail
 
 class Conn {
  public:
   Conn() noexcept = default;  // empty: every call throws std::system_error(EBADF)
-  Conn(Conn&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  Conn& operator=(Conn&& o) noexcept {
-    if (this != &o) {
-      if (s_) detail::socket_release(s_);
-      s_ = std::exchange(o.s_, nullptr);
-    }
-    return *this;
-  }
-  Conn(const Conn&) = delete;
-  Conn& operator=(const Conn&) = delete;
-  ~Conn() {
-    if (s_) detail::socket_release(s_);  // closes
-  }
+  Conn(Conn&&) noexcept = default;
+  Conn& operator=(Conn&&) noexcept = default;  // closes what this held
+  ~Conn() = default;                           // closes
 
   // Returns as soon as 1..buf.size() bytes are read; 0 at EOF, and at once for an empty
   // buffer. Throws timeout_error past the read deadline, std::system_error otherwise
@@ -84,16 +103,16 @@ class Conn {
   void close() noexcept;  // idempotent; wakes blocked tasks with EBADF
   void close_write();     // half-close: the peer reads EOF; this side can still read
 
-  std::string local_addr() const;      // "127.0.0.1:8080", "[::1]:8080"
-  std::string remote_addr() const;     // the peer, same form
-  int native_handle() const noexcept;  // the socket's descriptor, -1 when empty or closed
-  explicit operator bool() const noexcept { return s_ != nullptr; }
+  std::string local_addr() const;                         // "127.0.0.1:8080", "[::1]:8080"
+  std::string remote_addr() const;                        // the peer, same form
+  int native_handle() const noexcept { return s_.fd(); }  // -1 when empty or closed
+  explicit operator bool() const noexcept { return bool(s_); }
 
  private:
   friend class Listener;
   friend Conn dial(std::string_view host_port, Duration timeout);
   explicit Conn(detail::Socket* s) noexcept : s_(s) {}
-  detail::Socket* s_ = nullptr;
+  detail::SocketRef s_;
 };
 
 struct ListenOptions {
@@ -106,19 +125,9 @@ struct ListenOptions {
 class Listener {
  public:
   Listener() noexcept = default;
-  Listener(Listener&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  Listener& operator=(Listener&& o) noexcept {
-    if (this != &o) {
-      if (s_) detail::socket_release(s_);
-      s_ = std::exchange(o.s_, nullptr);
-    }
-    return *this;
-  }
-  Listener(const Listener&) = delete;
-  Listener& operator=(const Listener&) = delete;
-  ~Listener() {
-    if (s_) detail::socket_release(s_);
-  }
+  Listener(Listener&&) noexcept = default;
+  Listener& operator=(Listener&&) noexcept = default;  // closes what this held
+  ~Listener() = default;                               // closes
 
   // The next connection, TCP_NODELAY on. Out of descriptors (EMFILE, ENFILE), it backs
   // off (5 ms doubling to 1 s, parked, as Go's http.Server does) and tries again, so a
@@ -127,14 +136,14 @@ class Listener {
   Conn accept();
   void close() noexcept;  // wakes a pending accept (EBADF); accepted conns stay open
   std::uint16_t port() const;
-  std::string addr() const;  // the bound address, "host:port"
-  int native_handle() const noexcept;
-  explicit operator bool() const noexcept { return s_ != nullptr; }
+  std::string addr() const;                               // the bound address, "host:port"
+  int native_handle() const noexcept { return s_.fd(); }  // -1 when empty or closed
+  explicit operator bool() const noexcept { return bool(s_); }
 
  private:
   friend Listener listen(std::string_view host_port, const ListenOptions& o);
   explicit Listener(detail::Socket* s) noexcept : s_(s) {}
-  detail::Socket* s_ = nullptr;
+  detail::SocketRef s_;
 };
 
 // host_port: "127.0.0.1:8080", "[::1]:0", "localhost:80" (getaddrinfo). Port 0 picks a

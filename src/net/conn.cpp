@@ -39,7 +39,7 @@ std::int64_t to_ns(Clock::time_point t) noexcept {
 }  // namespace
 
 std::size_t Conn::read(std::span<std::byte> buf) {
-  Call c(s_, "read");
+  Call c(s_.get(), "read");
   std::lock_guard<corun::Mutex> g(s_->rmu);
   if (buf.empty()) return 0;
   detail::throw_poll(s_->pd->prepare(false), "read");
@@ -54,7 +54,7 @@ std::size_t Conn::read(std::span<std::byte> buf) {
 }
 
 std::size_t Conn::write(std::span<const std::byte> buf) {
-  Call c(s_, "write");
+  Call c(s_.get(), "write");
   std::lock_guard<corun::Mutex> g(s_->wmu);
   detail::throw_poll(s_->pd->prepare(true), "write");
   std::size_t done = 0;
@@ -73,17 +73,17 @@ std::size_t Conn::write(std::span<const std::byte> buf) {
 }
 
 void Conn::set_deadline(Clock::time_point t) {
-  Call c(s_, "set_deadline");
+  Call c(s_.get(), "set_deadline");
   s_->pd->set_deadline(to_ns(t), true, true);
 }
 
 void Conn::set_read_deadline(Clock::time_point t) {
-  Call c(s_, "set_read_deadline");
+  Call c(s_.get(), "set_read_deadline");
   s_->pd->set_deadline(to_ns(t), true, false);
 }
 
 void Conn::set_write_deadline(Clock::time_point t) {
-  Call c(s_, "set_write_deadline");
+  Call c(s_.get(), "set_write_deadline");
   s_->pd->set_deadline(to_ns(t), false, true);
 }
 
@@ -92,23 +92,18 @@ void Conn::close() noexcept {
 }
 
 void Conn::close_write() {
-  Call c(s_, "close_write");
+  Call c(s_.get(), "close_write");
   if (::shutdown(s_->fd, SHUT_WR) != 0) detail::throw_errno(errno, "close_write");
 }
 
 std::string Conn::local_addr() const {
-  Call c(s_, "local_addr");
+  Call c(s_.get(), "local_addr");
   return detail::sock_name(s_->fd, false);
 }
 
 std::string Conn::remote_addr() const {
-  Call c(s_, "remote_addr");
+  Call c(s_.get(), "remote_addr");
   return detail::sock_name(s_->fd, true);
-}
-
-int Conn::native_handle() const noexcept {
-  if (!s_ || (s_->state.load(std::memory_order_acquire) & Socket::kClosed)) return -1;
-  return s_->fd;
 }
 
 namespace {

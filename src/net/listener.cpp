@@ -82,7 +82,7 @@ Listener listen(std::string_view host_port, const ListenOptions& o) {
 }
 
 Conn Listener::accept() {
-  Call c(s_, "accept");
+  Call c(s_.get(), "accept");
   std::lock_guard<corun::Mutex> g(s_->rmu);
   detail::throw_poll(s_->pd->prepare(false), "accept");
   std::int64_t backoff = 0;
@@ -116,7 +116,7 @@ void Listener::close() noexcept {
 }
 
 std::uint16_t Listener::port() const {
-  Call c(s_, "port");
+  Call c(s_.get(), "port");
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (getsockname(s_->fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
@@ -126,13 +126,8 @@ std::uint16_t Listener::port() const {
 }
 
 std::string Listener::addr() const {
-  Call c(s_, "addr");
+  Call c(s_.get(), "addr");
   return detail::sock_name(s_->fd, false);
-}
-
-int Listener::native_handle() const noexcept {
-  if (!s_ || (s_->state.load(std::memory_order_acquire) & Socket::kClosed)) return -1;
-  return s_->fd;
 }
 
 }  // namespace corun::net

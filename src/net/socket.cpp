@@ -97,4 +97,9 @@ void socket_release(Socket* s) noexcept {
   s->release_handle();
 }
 
+int socket_fd(const Socket* s) noexcept {
+  if (!s || (s->state.load(std::memory_order_acquire) & Socket::kClosed)) return -1;
+  return s->fd;
+}
+
 }  // namespace corun::net::detail
