@@ -185,21 +185,8 @@ func errString(err error) string {
 }
 
 func BenchmarkNetTimerLateness(b *testing.B) {
-	loads := []struct {
-		name string
-		busy bool
-	}{{"idle", false}, {"busy", true}}
-	waits := []struct {
-		name string
-		d    time.Duration
-	}{{"1us", time.Microsecond}, {"50us", 50 * time.Microsecond}, {"1ms", time.Millisecond}}
-	for _, w := range waits {
-		w := w
-		b.Run("ReadDeadline="+w.name, func(b *testing.B) {
-			for _, l := range loads {
-				l := l
-				b.Run(l.name, func(b *testing.B) { readDeadlineLateness(b, w.d, l.busy) })
-			}
-		})
+	for _, w := range latenessWaits {
+		d := w.d
+		runLoads(b, "ReadDeadline="+w.name, func(b *testing.B, busy bool) { readDeadlineLateness(b, d, busy) })
 	}
 }

@@ -146,34 +146,27 @@ func afterFuncLateness(b *testing.B, d time.Duration, busy bool) {
 	})
 }
 
+// latenessWaits are the waits of every lateness benchmark (corun's perf/lateness.hpp).
+var latenessWaits = []struct {
+	name string
+	d    time.Duration
+}{{"1us", time.Microsecond}, {"50us", 50 * time.Microsecond}, {"1ms", time.Millisecond}}
+
+// runLoads runs f as name/idle and name/busy (load=busy in the header above).
+func runLoads(b *testing.B, name string, f func(b *testing.B, busy bool)) {
+	b.Run(name, func(b *testing.B) {
+		b.Run("idle", func(b *testing.B) { f(b, false) })
+		b.Run("busy", func(b *testing.B) { f(b, true) })
+	})
+}
+
 func BenchmarkTimerLateness(b *testing.B) {
-	loads := []struct {
-		name string
-		busy bool
-	}{{"idle", false}, {"busy", true}}
-	waits := []struct {
-		name string
-		d    time.Duration
-	}{{"1us", time.Microsecond}, {"50us", 50 * time.Microsecond}, {"1ms", time.Millisecond}}
-	for _, w := range waits {
-		w := w
-		b.Run("Sleep="+w.name, func(b *testing.B) {
-			for _, l := range loads {
-				l := l
-				b.Run(l.name, func(b *testing.B) { sleepLateness(b, w.d, l.busy) })
-			}
-		})
-		b.Run("Sleep1="+w.name, func(b *testing.B) {
-			for _, l := range loads {
-				l := l
-				b.Run(l.name, func(b *testing.B) { sleepLatenessTasks(b, w.d, l.busy, 1) })
-			}
-		})
+	for _, w := range latenessWaits {
+		d := w.d
+		runLoads(b, "Sleep="+w.name, func(b *testing.B, busy bool) { sleepLateness(b, d, busy) })
+		runLoads(b, "Sleep1="+w.name, func(b *testing.B, busy bool) { sleepLatenessTasks(b, d, busy, 1) })
 	}
-	b.Run("AfterFunc=50us", func(b *testing.B) {
-		for _, l := range loads {
-			l := l
-			b.Run(l.name, func(b *testing.B) { afterFuncLateness(b, 50*time.Microsecond, l.busy) })
-		}
+	runLoads(b, "AfterFunc=50us", func(b *testing.B, busy bool) {
+		afterFuncLateness(b, 50*time.Microsecond, busy)
 	})
 }
