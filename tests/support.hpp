@@ -8,9 +8,14 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <corun/corun.hpp>
@@ -63,6 +68,39 @@ struct LeakCheckOff {
   LeakCheckOff() {}  // user-provided: a scoped object is not an "unused variable"
 };
 #endif
+
+// Aborts the process, naming the test, if it is destroyed later than `limit` after birth:
+// a lost wake-up becomes a named failure instead of a CI timeout. A thread, not a task,
+// so it fires even when every P is stuck.
+class Watchdog {
+ public:
+  Watchdog(std::string what, std::chrono::seconds limit)
+      : what_(std::move(what)), th_([this, limit] {
+          std::unique_lock<std::mutex> lk(mu_);
+          if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
+            std::fprintf(stderr, "corun-tests: \"%s\" still running after %lld s: hung\n",
+                         what_.c_str(), static_cast<long long>(limit.count()));
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    th_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::string what_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::thread th_;     // last: starts after the members above exist
+};
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -55,6 +55,7 @@ using namespace std::chrono_literals;
 using corun::Clock;
 using corun::Duration;
 using TimePoint = Clock::time_point;
+using corun::test::Watchdog;
 
 inline constexpr bool kSan = CORUN_ASAN || CORUN_TSAN;
 // One network operation on loopback taking longer than this is a hang.
@@ -65,37 +66,6 @@ inline constexpr auto kWatchdog = std::chrono::seconds(kSan ? 400 : 150);
 inline double secs(Duration d) {
   return std::chrono::duration<double>(d).count();
 }
-
-// Aborts the process, naming the test, if it is destroyed later than `limit` after birth.
-class Watchdog {
- public:
-  explicit Watchdog(std::string what, std::chrono::seconds limit = kWatchdog)
-      : what_(std::move(what)), th_([this, limit] {
-          std::unique_lock<std::mutex> lk(mu_);
-          if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "net_test: \"%s\" still running after %lld s: hung\n",
-                         what_.c_str(), static_cast<long long>(limit.count()));
-            std::abort();
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      done_ = true;
-    }
-    cv_.notify_one();
-    th_.join();
-  }
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  std::string what_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  std::thread th_;     // last: starts after the members above exist
-};
 
 // Failures recorded by tasks (thread-safe); checked by the test after run() returned.
 class Failures {
@@ -252,7 +222,7 @@ inline void nrun(const std::string& what, const std::function<void(Failures&)>& 
   Failures f;
   int fds0 = count_fds();
   {
-    Watchdog wd(what);
+    Watchdog wd(what, kWatchdog);
     corun::test::run(
         [&] {
           Outcome o = attempt([&] { fn(f); });

@@ -630,7 +630,7 @@ TEST_SUITE("rt.net") {
     static std::atomic<int> returned{0};
     std::atomic<int> started{0};
     {
-      Watchdog wd("abandon");
+      Watchdog wd("abandon", kWatchdog);
       t::run([&] {
         ab->ln = net::listen("127.0.0.1:0");
         ab->rd = make_pair();

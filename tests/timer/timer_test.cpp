@@ -76,44 +76,15 @@ constexpr auto kHang = 10s;
 // A whole test still running after this is hung: the watchdog aborts with its name.
 constexpr auto kWatchdog = std::chrono::seconds(kSan ? 300 : 120);
 
+using t::Watchdog;
+
 double secs(Duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-// Aborts the process, naming the test, if it is destroyed later than `limit` after birth.
-class Watchdog {
- public:
-  explicit Watchdog(const char* what, std::chrono::seconds limit = kWatchdog)
-      : what_(what), th_([this, limit] {
-          std::unique_lock<std::mutex> lk(mu_);
-          if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "timer_test: \"%s\" still running after %lld s: hung\n", what_,
-                         static_cast<long long>(limit.count()));
-            std::abort();
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      done_ = true;
-    }
-    cv_.notify_one();
-    th_.join();
-  }
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  const char* what_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  std::thread th_;     // last: starts after the members above exist
-};
-
 // t::run under a watchdog.
 void trun(const char* what, std::function<void()> fn, int procs = 0) {
-  Watchdog wd(what);
+  Watchdog wd(what, kWatchdog);
   t::run(std::move(fn), procs);
 }
 
@@ -174,7 +145,7 @@ TEST_SUITE("rt.timer") {
   }
 
   TEST_CASE("Sleep from a foreign thread sleeps at least d (no runtime, and beside one)") {
-    Watchdog wd("Sleep foreign");
+    Watchdog wd("Sleep foreign", kWatchdog);
     auto t0 = Clock::now();
     corun::sleep(20ms);  // no runtime at all
     CHECK(Clock::now() - t0 >= 20ms);
