@@ -5,6 +5,15 @@
 // fail before touching data), then try the syscall and wait on the poll record only on
 // EAGAIN. A read that finds data never parks; a write parks only when the socket buffer is
 // full. send() uses MSG_NOSIGNAL: a reset peer gives EPIPE, never SIGPIPE.
+// A read after a short one (0 < n < asked) waits for readiness first, so a
+// request/response exchange costs no EAGAIN read (nginx's `ready = 0` after a short recv).
+// Sound with edge-triggered epoll because a short TCP read leaves the receive queue empty,
+// so any byte arriving later raises a new edge; an edge raised by bytes that read took
+// costs one spurious EAGAIN read, no more. A FIN or reset that arrived with the data is
+// not in the queue, and the next read reports it without a new edge: so once the poller
+// has seen a hang-up on the socket, reads go to the kernel first again
+// (PollDesc::wait_after_drain). Only a short read with data counts: after EOF (0) or an
+// error the next read goes to the kernel too.
 // Rejected: reading into a per-conn buffer (users bring their own; no copy, no memory per
 // idle connection); a write timeout per call (Go's deadlines are per conn, absolute).
 #include <netinet/in.h>
@@ -14,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <mutex>
+#include <utility>
 
 #include <corun/net.hpp>
 
@@ -42,10 +52,17 @@ std::size_t Conn::read(std::span<std::byte> buf) {
   Call c(s_.get(), "read");
   std::lock_guard<corun::Mutex> g(s_->rmu);
   if (buf.empty()) return 0;
-  detail::throw_poll(s_->pd->prepare(false), "read");
+  // Drained by the last read: wait for the next edge before the syscall (an edge already
+  // recorded returns at once; a hang-up seen reads at once). It checks closing and the
+  // deadline as prepare() does, and keeps a recorded edge, which prepare()'s reset drops.
+  const bool drained = std::exchange(s_->rdrained, false);
+  detail::throw_poll(drained ? s_->pd->wait_after_drain() : s_->pd->prepare(false), "read");
   for (;;) {
     ssize_t n = ::read(s_->fd, buf.data(), buf.size());
-    if (n >= 0) return static_cast<std::size_t>(n);
+    if (n >= 0) {
+      s_->rdrained = n > 0 && static_cast<std::size_t>(n) < buf.size();
+      return static_cast<std::size_t>(n);
+    }
     int err = errno;
     if (err == EINTR) continue;
     if (err != EAGAIN) detail::throw_errno(err, "read");

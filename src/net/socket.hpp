@@ -35,6 +35,9 @@ struct Socket {
   const int fd;
   sched::PollDesc* const pd;
   corun::Mutex rmu;  // serialises reads and accepts
+  // The last read returned 0 < n < asked: the receive queue was empty then, so the next
+  // read waits for an edge before its syscall (conn.cpp). Guarded by rmu.
+  bool rdrained = false;
   corun::Mutex wmu;  // serialises writes, so one write's bytes stay contiguous
   std::atomic<std::uint32_t> state{0};
 

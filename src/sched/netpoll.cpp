@@ -144,6 +144,8 @@ Task* netpoll(Runtime* rt, std::int64_t until, const Note* stop) {
   Task* list = nullptr;
   for (int i = 0; i < n; i++) {
     PollDesc* pd = evs[i].pd;
+    // seq_cst, before unblock()'s seq_cst load of rg_ (PollDesc::hup_ says why).
+    if (evs[i].hup) pd->hup_.store(true, std::memory_order_seq_cst);
     if (evs[i].read)
       if (Task* t = pd->unblock(false, true)) netpoll_ready_list(&list, t);
     if (evs[i].write)
@@ -169,6 +171,7 @@ PollDesc* PollDesc::open(int fd) {
     pd->rd_ = pd->wd_ = 0;
     pd->info_.store(0, std::memory_order_seq_cst);
   }
+  pd->hup_.store(false, std::memory_order_relaxed);  // published by the release stores below
   // release: the poller learns of the record through epoll (a syscall TSan cannot see
   // through); its seq_cst load of a semaphore then synchronises with these stores, so the
   // record's initialisation happens before any use the poller makes of it.
@@ -258,8 +261,19 @@ PollResult PollDesc::check(bool write) const noexcept {
 PollResult PollDesc::prepare(bool write) noexcept {
   PollResult r = check(write);
   if (r != PollResult::ready) return r;
-  (write ? wg_ : rg_).store(kNil, std::memory_order_relaxed);  // Go's pollReset
+  // Go's pollReset. A seq_cst exchange, not a relaxed store: a notification this drops may
+  // carry a hang-up that wait_after_drain() must see (PollDesc::hup_). On x86 the same
+  // locked instruction either way; it runs once per I/O call, beside a syscall.
+  (write ? wg_ : rg_).exchange(kNil, std::memory_order_seq_cst);
   return PollResult::ready;
+}
+
+PollResult PollDesc::wait_after_drain() noexcept {
+  // seq_cst: a hang-up whose notification the last prepare() dropped is seen here
+  // (PollDesc::hup_); one the poller handled since left kReady in rg_, which wait()
+  // consumes.
+  if (hup_.load(std::memory_order_seq_cst)) return prepare(false);
+  return wait(false);
 }
 
 Task* PollDesc::unblock(bool write, bool ioready) noexcept {

@@ -87,6 +87,11 @@ class alignas(64) PollDesc {
   // that direction, the deadline passes, or evict(). From a thread that cannot park
   // (inside blocking()), waits with poll(2) instead.
   PollResult wait(bool write) noexcept;
+  // A read after one that drained the socket (0 < n < asked; net/conn.cpp): wait() for
+  // new readiness, since any byte arriving after a drain raises a new edge — unless the
+  // poller has seen a hang-up or error on the descriptor (EOF, reset), which a read
+  // reports after the data without a new edge: then as prepare(), so the caller reads.
+  PollResult wait_after_drain() noexcept;
   // Sets the read and/or write deadline: absolute CLOCK_MONOTONIC ns, 0 clears it. One at
   // or before now expires at once. Applies to a task blocked in wait() now. Throws
   // std::bad_alloc if the timer heap cannot grow.
@@ -125,6 +130,12 @@ class alignas(64) PollDesc {
   std::uint64_t run_id_ = 0;
   std::atomic<std::uintptr_t> rg_{kNil}, wg_{kNil};  // the semaphores (see the header)
   std::atomic<std::uint32_t> info_{0};  // kClosing | k*Expired; stored under lock_, seq_cst
+  // The poller saw EPOLLRDHUP/HUP/ERR: sticky until the record is reopened. seq_cst, as
+  // are the poller's load of rg_ after storing it and prepare()'s exchange of rg_: if that
+  // exchange dropped a notification the poller had seen (its own kReady, or one already
+  // there), the store precedes the exchange in the single order, so wait_after_drain()'s
+  // seq_cst load after it sees true.
+  std::atomic<bool> hup_{false};
   // Deadlines: 0 none, > 0 armed (absolute ns), -1 expired.
   std::int64_t rd_ CORUN_GUARDED_BY(lock_) = 0;
   std::int64_t wd_ CORUN_GUARDED_BY(lock_) = 0;
@@ -177,6 +188,7 @@ namespace sys {
 struct Event {
   PollDesc* pd;
   bool read, write;  // which directions it reports ready (errors and hang-ups: both)
+  bool hup;          // a hang-up or error (the peer's FIN, a reset)
 };
 void init(Netpoll& np);                                // throws std::system_error
 int open(Netpoll& np, int fd, PollDesc* pd) noexcept;  // 0 or errno

@@ -143,6 +143,7 @@ int poll(Netpoll& np, std::int64_t until, Event* out, int max) noexcept {
     o.pd = static_cast<PollDesc*>(e.data.ptr);
     o.read = ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
     o.write = ev & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+    o.hup = ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
   }
   return k;
 }

@@ -166,6 +166,21 @@ TEST_SUITE("rt.net") {
         f.expect(o.is_ok() && o.n == 0,
                  "read at EOF after a short read #" + std::to_string(i) + ": " + o.str());
       }
+      // A reset queued behind data (SO_LINGER 0): the short read takes the data, the next
+      // read reports ECONNRESET at once, with no new edge either.
+      Pair r = make_pair();
+      r.c.set_deadline(Clock::now() + kHang);
+      r.s.write("xyz");
+      f.expect(wait_inq(r.c, 3), "data never arrived");
+      linger lg{1, 0};
+      setsockopt(r.s.native_handle(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+      r.s.close();
+      corun::sleep(20ms);  // the RST too
+      o = attempt([&] { return r.c.read(b); });
+      f.expect(o.is_ok() && o.n == 3, "read of data before a reset: " + o.str());
+      o = attempt([&] { return r.c.read(b); });
+      f.expect(o.is_errno(ECONNRESET) || (o.is_ok() && o.n == 0),
+               "read after a short read and a reset: " + o.str());
     });
   }
 
