@@ -387,6 +387,7 @@ class Server(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "does not apply"):
             bs.patch_runsh(self.RUNSH.replace("    nginx-w?)\n", ""))
         self.assertEqual(bs.corun_env("corun-global-P2"), {"CORUN_TIMERS": "global"})
+        self.assertEqual(bs.corun_env("corun-nopin-P2"), {"CORUN_PIN": "off"})
         self.assertEqual(bs.corun_env("corun-P1"), {})
         self.assertIsNone(bs.corun_env("go-raw-P1"))
         self.assertEqual(bs.peer_binary("go-raw-nodl-P1"), ("bin/go-raw", "go"))
