@@ -328,7 +328,9 @@ namespace detail {
 void* spawn_begin(std::size_t size, std::size_t align, TaskFn invoke, TaskFn destroy) {
   M* m = current_m();
   Runtime* rt = m ? m->rt : current_runtime();
-  if (!rt || rt->stopping.load(std::memory_order_acquire))
+  // A task still on a CPU after the main task returned spawns into the ending run: the new
+  // task is abandoned with it (API.md), not an exception that would abort the process.
+  if (!rt || (!m && rt->stopping.load(std::memory_order_acquire)))
     throw std::logic_error("corun::go called outside corun::run: no runtime is running");
   Task* t = task_alloc(rt, m ? m->p : nullptr, size, align, invoke, destroy);
   return t->closure;
