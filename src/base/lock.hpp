@@ -59,6 +59,8 @@ namespace corun::base {
 // The lock order: a lock may be taken only while every lock the thread holds comes
 // earlier in this list (or is of the same rank, where the rank's `nest` allows it).
 enum class LockRank : std::uint8_t {
+  foreign_gate,   // sched/runtime.cpp: one grace period of the foreign gate at a time (the
+                  // end of a run, a runtime's destruction); taken with no other lock held.
   context,        // context/context.cpp node locks. Cancel holds the path from the canceled
                   // node down (parent before child) and closes done channels and stops
                   // timers under it, so chan, timer_rec and timers nest inside.
@@ -99,6 +101,7 @@ struct RankInfo {
 };
 
 inline constexpr RankInfo kRanks[] = {
+    {"foreign gate", LockWait::sleep, LockNest::never},
     {"context node", LockWait::spin, LockNest::tree},
     {"channel", LockWait::spin, LockNest::address},
     {"wait list", LockWait::spin, LockNest::never},

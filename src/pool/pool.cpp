@@ -21,6 +21,9 @@
 // Threads without a P put into / take from the top batch of the depot one object at a
 // time; in CORUN_POOL=global every get/put does that (one lock-protected list: Go before
 // CL 46010043, with a spin lock where Go had a mutex — kinder to the old design).
+// The depot needs no runtime: from a foreign thread a pool works the same during a run,
+// between runs and while one ends. Only arming the run's trim timer reaches the runtime,
+// and a foreign thread does that inside the foreign gate (ensure_trimmer_off_p).
 // Rejected: Go's pin/unpin (corun cannot be preempted inside get/put: no need); a TLS
 // per-thread cache for foreign threads (its objects would be pinned until thread exit,
 // and foreign threads are the rare case); a lock-free depot (batch moves are rare).
@@ -69,8 +72,12 @@ void push(Batch*& list, Batch* b) noexcept {
 
 // A thread without a P (or any thread in global mode): one object into the top batch.
 // Off a P (blocking(), foreign threads) the run's trim timer may not be armed yet: a
-// pool used only there must be trimmed too. On a P, install() has armed it.
+// pool used only there must be trimmed too. On a P, install() has armed it. A foreign
+// thread asks inside a foreign gate section (sched/proc.hpp), so the runtime it arms the
+// timer in is not freed meanwhile; with no run, or one stopping, it arms nothing and the
+// depot serves as it does outside any run.
 void ensure_trimmer_off_p() noexcept {
+  sched::ForeignPin pin;
   if (sched::Runtime* rt = sched::caller_runtime()) pool_trimmer_ensure(rt);
 }
 
@@ -310,8 +317,7 @@ PoolCore::~PoolCore() {
   while (void* x = pool_take_dying(st)) st->destroy(x);
   while (st->trimmers.load(std::memory_order_acquire) != 0) {
     std::uint64_t run = st->trim_run.load(std::memory_order_relaxed);
-    sched::Runtime* rt = sched::running_runtime();
-    if (run != 0 && (!rt || sched::run_id(rt) != run)) break;
+    if (run != 0 && sched::running_run_id() != run) break;
     if (sched::in_task())
       corun::yield();
     else

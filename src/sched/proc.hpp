@@ -27,12 +27,45 @@ struct ProcTls {
 };
 extern constinit thread_local ProcTls tls_proc;
 
-// The runtime the caller belongs to: its M's, or for a thread that is not the runtime's,
-// the running one. nullptr when no runtime runs.
+// ---- foreign threads: the gate (runtime.cpp) ----------------------------------------
+// A thread that is not one of a runtime's Ms (a foreign thread; also sysmon) reaches the
+// running runtime only inside the gate: foreign_enter() counts it in and pins the runtime
+// published then, foreign_leave() counts it out, and no runtime is freed while a thread
+// that could have seen it is inside (the protocol: runtime.cpp's header). Entries nest
+// (per thread); the outermost one decides the pinned runtime. A section is short and never
+// waits for a run to end (no parking, no blocking I/O): run()'s end waits for it.
+void foreign_enter() noexcept;
+void foreign_leave() noexcept;
+// The runtime pinned by the calling thread's outermost foreign_enter(): the one published
+// then if it was not stopping, else nullptr (the call is "outside run"). nullptr outside
+// the gate.
+Runtime* foreign_runtime() noexcept;
+
+// The gate as a scope, for the layers above: entered only by a thread holding no P (on a
+// P the caller is inside its run, which cannot end under it), so a task pays one TLS load.
+// An M without a P (a task in blocking()) enters too, harmlessly: it uses its own M::rt.
+class ForeignPin {
+ public:
+  ForeignPin() noexcept : in_(tls_proc.id < 0) {
+    if (in_) foreign_enter();
+  }
+  ~ForeignPin() {
+    if (in_) foreign_leave();
+  }
+  ForeignPin(const ForeignPin&) = delete;
+  ForeignPin& operator=(const ForeignPin&) = delete;
+
+ private:
+  bool in_;
+};
+
+// The runtime the caller belongs to: its M's, or for any other thread the runtime its
+// gate section pinned (foreign_runtime(): nullptr outside a section, or when none runs
+// or it is stopping).
 Runtime* caller_runtime() noexcept;
-// The runtime now running in the process, whoever asks (an M left in a blocking() call
-// by an earlier run gets the new run's, or nullptr). nullptr when none runs.
-Runtime* running_runtime() noexcept;
+// run_id() of the runtime published now, whoever asks (an M left in a blocking() call by
+// an earlier run gets the new run's); 0 when none is. Reads it inside the gate.
+std::uint64_t running_run_id() noexcept;
 // Unique for every run() of the process (never reused, unlike a Runtime's address).
 std::uint64_t run_id(const Runtime* rt) noexcept;
 int run_procs(const Runtime* rt) noexcept;                 // its number of Ps

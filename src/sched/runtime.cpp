@@ -9,8 +9,46 @@
 // and leave; running Ms leave at their task's next switch; Ms inside blocking() cannot be
 // interrupted, so they are detached: each holds a reference to the Runtime and the last
 // one frees it. Tasks still alive are abandoned: never resumed, closures not destroyed.
+//
+// Publication and the foreign gate. The running runtime is published in g_runtime; its
+// Ms (and tasks) reach it through M::rt, which lives as long as they do. Every other
+// thread — a foreign thread calling go(), a timer or Pool operation, procs(); sysmon
+// firing timers — reads it only inside the gate (proc.hpp foreign_enter/leave), an
+// RCU-style read section:
+//   enter:  inside[slot] += 1 (slot = epoch & 1); full fence; load g_runtime, and treat a
+//           stopping runtime as none (the call then acts as outside run()).
+//   leave:  inside[slot] -= 1 (release).
+//   grace period (wait_foreign_gate): full fence; twice: epoch += 1, then wait until
+//           inside[old slot] == 0 (acquire).
+// Invariant: a section that entered before a grace period began has left when it ends;
+// a section that entered after it began sees every store made before it began. (The
+// fences pair: if the reader's fence comes first, the waiter's load sees its increment
+// and waits for the release decrement; else the reader sees the waiter's stores.) Both
+// counters are waited for, so the epoch a reader used does not matter for correctness;
+// the epoch only steers new readers to the other counter, so a stream of foreign calls
+// cannot starve the waiter: each wait is for stragglers already inside, which are short.
+// Uses of it:
+//   1. run()'s end: `stopping` is stored, then a grace period: every section that saw
+//      the runtime running has left (a foreign go() that won has queued its task and
+//      started any M it wanted, before shutdown counts the Ms), and later sections see
+//      it stopping. A foreign go() that won is then run or abandoned like any task alive
+//      at the end (README "Ending"); one that lost throws std::logic_error.
+//   2. destroy_runtime: g_runtime no longer names it and its timer heaps are drained
+//      (every TimerNode::owner into them is null), then a grace period: no section
+//      holds the runtime, a heap of it, or anything reached from them when it is freed.
+//      This also covers a runtime freed later by its last detached M.
+// Ms never need to enter (their run cannot end under them; an M without a P that enters
+// through ForeignPin is harmless): go() from a task costs what it did, a timer operation
+// one TLS load. A section must not wait for anything a run's end waits for: the closure
+// a foreign go() constructs in its task runs inside one (do not block in its copy).
+// Rejected: a reference count on the Runtime taken by each foreign call (loading the
+// pointer and incrementing a count inside the object it points to is the race itself,
+// unless a global lock covers both: every foreign call through one lock); one global
+// counter (a steady stream of foreign calls could keep it from ever reading 0); hazard
+// pointers (a slot per foreign thread, unbounded in number, for the same guarantee).
 #include <pthread.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -22,10 +60,13 @@
 #include <corun/runtime.hpp>
 
 #include "arch/spin.hpp"
+#include "base/check.hpp"
+#include "base/cpu_relax.hpp"
 #include "base/probes.hpp"
 #include "os/futex.hpp"
 #include "os/numa.hpp"
 #include "os/thread.hpp"
+#include "sched/fence.hpp"
 #include "sched/sched.hpp"
 
 namespace corun::sched {
@@ -35,13 +76,58 @@ namespace {
 // Instrumented frames are several times larger under the sanitizers.
 constexpr std::size_t kDefaultStackKb = (CORUN_ASAN || CORUN_TSAN) ? 256 : 64;
 
-std::atomic<Runtime*> g_runtime{nullptr};  // release on publish, acquire on read
-std::atomic<bool> g_active{false};         // a run() is in progress
+// The running runtime. Stored by run() only: release on publish (the booted runtime's
+// fields), seq_cst on unpublish (the foreign gate's fences order it; seq_cst states that
+// it is one side of that pair). Loaded with acquire (pairs with the publish).
+std::atomic<Runtime*> g_runtime{nullptr};
+std::atomic<bool> g_active{false};  // a run() is in progress
 
-// The last reference is gone: no thread touches rt any more, so its guarded fields need
-// no lock (beyond the analysis).
+// ---- the foreign gate (protocol and invariant: the header) ---------------------------
+struct alignas(64) ForeignGate {
+  // Which counter new sections use (its low bit). Written only by the grace period's
+  // holder of g_grace_lock; relaxed both ways: it steers readers for progress only.
+  std::atomic<std::uint32_t> epoch{0};
+  // Sections inside, by the counter they entered on. seq_cst increment (then a fence),
+  // release decrement, acquire load by the waiter (sees the leaver's section).
+  std::atomic<std::int64_t> inside[2] = {0, 0};
+};
+ForeignGate g_gate;
+base::Lock<base::LockRank::foreign_gate> g_grace_lock;  // one grace period at a time
+
+// The calling thread's gate section; this thread only.
+struct PinTls {
+  std::uint32_t depth = 0;  // nested enters
+  std::uint32_t slot = 0;   // the counter the outermost enter incremented
+  Runtime* rt = nullptr;    // the runtime it pinned (nullptr: none, or stopping)
+};
+constinit thread_local PinTls tls_pin;
+
+// Returns once every gate section that began before the call has ended (the header).
+// The caller must not be in one itself (it would wait for itself).
+void wait_foreign_gate() noexcept {
+  CORUN_CHECK(tls_pin.depth == 0, "a runtime ends inside a foreign gate section of its thread\n");
+  base::Guard g(g_grace_lock);
+  full_fence();  // the waiter's fence: our stores before it, the counters' loads after
+  for (int round = 0; round < 2; round++) {
+    std::uint32_t old = g_gate.epoch.load(std::memory_order_relaxed);  // only we write it
+    g_gate.epoch.store(old + 1, std::memory_order_relaxed);
+    std::atomic<std::int64_t>& c = g_gate.inside[old & 1];
+    for (int spins = 0; c.load(std::memory_order_acquire) != 0; spins++) {
+      if (spins < 128)
+        base::cpu_relax();
+      else if (spins < 1024)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a preempted reader
+    }
+  }
+}
+
+// The last reference is gone: no M touches rt any more, so its guarded fields need no
+// lock (beyond the analysis). Gate sections may still hold it: the grace period below.
 void destroy_runtime(Runtime* rt) noexcept CORUN_NO_TSA {
   rt->timers.drain();   // timers still armed: abandoned (records freed) before the Ps go
+  wait_foreign_gate();  // no section holds rt or one of its (now empty) heaps any more
   netpoll_destroy(rt);  // descriptors still open are rebound by a later run that uses them
   for (P* p : rt->ps) {
     task_cache_drain(p);
@@ -155,7 +241,11 @@ void main_invoke(void* c) {
 void main_destroy(void*) {}
 
 void shutdown(Runtime* rt) {
+  // seq_cst: a side of the foreign gate's pair (a fence follows in the grace period).
   rt->stopping.store(true, std::memory_order_seq_cst);
+  // Foreign calls that saw the runtime running finish (their tasks queued, any M they
+  // start created) before the Ms are counted below; later ones see it stopping.
+  wait_foreign_gate();
   {
     base::Guard g(rt->lock);
     for (M* m = rt->midle; m; m = m->link) {
@@ -199,6 +289,32 @@ void shutdown(Runtime* rt) {
 
 Runtime* current_runtime() noexcept {
   return g_runtime.load(std::memory_order_acquire);
+}
+
+void foreign_enter() noexcept {
+  PinTls& me = tls_pin;
+  if (me.depth++ != 0) return;
+  // relaxed: the slot only steers us away from a counter a waiter drains (progress).
+  me.slot = g_gate.epoch.load(std::memory_order_relaxed) & 1;
+  g_gate.inside[me.slot].fetch_add(1, std::memory_order_seq_cst);
+  full_fence();  // the reader's fence: the increment before it, every load below after
+  Runtime* rt = g_runtime.load(std::memory_order_acquire);
+  // acquire: pairs with the stopping store's fence; a stopping runtime counts as none.
+  if (rt && rt->stopping.load(std::memory_order_acquire)) rt = nullptr;
+  me.rt = rt;
+}
+
+void foreign_leave() noexcept {
+  PinTls& me = tls_pin;
+  CORUN_CHECK(me.depth > 0, "foreign_leave without foreign_enter\n");
+  if (--me.depth != 0) return;
+  me.rt = nullptr;
+  // release: everything the section did happens before a waiter's acquire load of 0.
+  g_gate.inside[me.slot].fetch_sub(1, std::memory_order_release);
+}
+
+Runtime* foreign_runtime() noexcept {
+  return tls_pin.rt;  // nullptr outside a section (reset by the outermost leave)
 }
 
 M* new_m(Runtime* rt, P* p, bool spinning) {
@@ -256,7 +372,8 @@ int run(const Config& cfg, std::function<void()> main_task) {
 
   while (rt->main_done.load(std::memory_order_acquire) == 0) os::futex_wait(&rt->main_done, 0);
   shutdown(rt);
-  g_runtime.store(nullptr, std::memory_order_release);
+  // seq_cst: the gate's pair (destroy_runtime's grace period fences after it).
+  g_runtime.store(nullptr, std::memory_order_seq_cst);
   std::exception_ptr err = rt->main_error;
   release_runtime(rt);
   if (err) std::rethrow_exception(err);
@@ -286,10 +403,15 @@ void yield_if_preempted() noexcept {
 namespace sched {
 Runtime* caller_runtime() noexcept {
   M* m = current_m();
-  return m ? m->rt : current_runtime();
+  return m ? m->rt : foreign_runtime();
 }
-Runtime* running_runtime() noexcept {
-  return current_runtime();
+std::uint64_t running_run_id() noexcept {
+  foreign_enter();
+  // The published one even if stopping (foreign_runtime() would hide it).
+  Runtime* rt = g_runtime.load(std::memory_order_acquire);
+  std::uint64_t id = rt ? rt->run_id : 0;
+  foreign_leave();
+  return id;
 }
 std::uint64_t run_id(const Runtime* rt) noexcept {
   return rt->run_id;
@@ -314,8 +436,12 @@ int caller_node() noexcept {
 }  // namespace sched
 
 int procs() {
-  Runtime* rt = caller_runtime();
-  return rt ? rt->nprocs : 0;
+  if (M* m = current_m()) return m->rt->nprocs;
+  foreign_enter();
+  Runtime* rt = foreign_runtime();
+  int n = rt ? rt->nprocs : 0;
+  foreign_leave();
+  return n;
 }
 
 int proc_id() {
@@ -325,14 +451,40 @@ int proc_id() {
 
 namespace detail {
 
+namespace {
+[[noreturn]] void throw_outside_run() {
+  throw std::logic_error("corun::go called outside corun::run: no runtime is running");
+}
+
+// go() from a thread that is not an M: the gate section opened here stays open until
+// spawn_commit or spawn_abort (the closure is built in the task's stack, which the
+// runtime frees), so the closure's construction runs inside it.
+__attribute__((noinline)) void* spawn_begin_foreign(std::size_t size, std::size_t align,
+                                                    TaskFn invoke, TaskFn destroy) {
+  foreign_enter();
+  Runtime* rt = foreign_runtime();
+  if (!rt) {
+    foreign_leave();
+    throw_outside_run();
+  }
+  try {
+    return task_alloc(rt, nullptr, size, align, invoke, destroy)->closure;
+  } catch (...) {
+    foreign_leave();
+    throw;
+  }
+}
+}  // namespace
+
 void* spawn_begin(std::size_t size, std::size_t align, TaskFn invoke, TaskFn destroy) {
   M* m = current_m();
-  Runtime* rt = m ? m->rt : current_runtime();
-  // A task still on a CPU after the main task returned spawns into the ending run: the new
-  // task is abandoned with it (API.md), not an exception that would abort the process.
-  if (!rt || (!m && rt->stopping.load(std::memory_order_acquire)))
-    throw std::logic_error("corun::go called outside corun::run: no runtime is running");
-  Task* t = task_alloc(rt, m ? m->p : nullptr, size, align, invoke, destroy);
+  if (!m) [[unlikely]]
+    return spawn_begin_foreign(size, align, invoke, destroy);
+  // An M's runtime lives as long as the M. A task still on a CPU after the main task
+  // returned spawns into the ending run: the new task is abandoned with it (API.md), not
+  // an exception that would abort the process.
+  Runtime* rt = m->rt;
+  Task* t = task_alloc(rt, m->p, size, align, invoke, destroy);
   return t->closure;
 }
 
@@ -346,16 +498,23 @@ void spawn_commit(void* closure) noexcept {
                           std::memory_order_relaxed);
     runqput(m->rt, p, t, true);
     wakep_local(m->rt, p);
+  } else if (m) {
+    inject_global(m->rt, t);
   } else {
-    inject_global(m ? m->rt : current_runtime(), t);
+    inject_global(foreign_runtime(), t);  // the runtime spawn_begin pinned
+    foreign_leave();
   }
 }
 
 void spawn_abort(void* closure) noexcept {
   Task* t = task_from_closure(closure);
   M* m = current_m();
-  Runtime* rt = m ? m->rt : current_runtime();
-  task_free(rt, m ? m->p : nullptr, t);
+  if (m) {
+    task_free(m->rt, m->p, t);
+  } else {
+    task_free(foreign_runtime(), nullptr, t);
+    foreign_leave();
+  }
 }
 
 // blocking(): Go's entersyscall/exitsyscall. Entering only marks the P; sysmon hands it

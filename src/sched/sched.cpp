@@ -209,9 +209,14 @@ void ready(Task* t) noexcept {
   if (m && m->p) {
     runqput(m->rt, m->p, t, true);
     wakep_local(m->rt, m->p);
+  } else if (m) {
+    inject_global(m->rt, t);
   } else {
-    Runtime* rt = m ? m->rt : current_runtime();
-    inject_global(rt, t);
+    // Not an M (a foreign thread's channel operation, sysmon firing a timer): inside the
+    // foreign gate (runtime.cpp). With the run stopping or gone, t is abandoned with it.
+    foreign_enter();
+    if (Runtime* rt = foreign_runtime()) inject_global(rt, t);
+    foreign_leave();
   }
 }
 

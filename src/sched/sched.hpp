@@ -158,7 +158,9 @@ struct Runtime {
   GlobalQueue runq;
   std::atomic<std::uint64_t> id_gen{1};  // relaxed: uniqueness only
 
-  std::atomic<bool> stopping{false};       // set once at shutdown; acquire/release
+  // Set once at shutdown: seq_cst store (one side of the foreign gate's pair,
+  // runtime.cpp), acquire loads.
+  std::atomic<bool> stopping{false};
   std::atomic<int> refs{1};                // run() + detached Ms; the last one deletes
   std::atomic<std::uint32_t> exit_seq{0};  // bumped when an M exits or blocks at shutdown
 
@@ -247,7 +249,10 @@ inline void set_mp(M* m, P* p) noexcept {
   tls_proc.id = p ? p->id : -1;
   tls_proc.run_id = p ? p->run_id : 0;
 }
-Runtime* current_runtime() noexcept;  // the running runtime, or nullptr
+// The published runtime, or nullptr. Safe to use only on the runtime's own threads (it
+// cannot be freed under them); every other thread goes through the foreign gate
+// (proc.hpp foreign_enter/foreign_runtime).
+Runtime* current_runtime() noexcept;
 
 // ---- scheduler operations (sched.cpp) ----------------------------------------------
 void mstart(M* m);  // thread body of every M

@@ -36,9 +36,10 @@ constexpr int kBatch = 64;
 
 Timers* Timers::of_caller() noexcept {
   M* m = current_m();
-  Runtime* rt = m ? m->rt : current_runtime();
-  if (!rt) return nullptr;
   if (m && m->p) return m->p->timers;
+  // Not an M: the runtime its foreign gate section pinned (the timer layer opens one).
+  Runtime* rt = m ? m->rt : foreign_runtime();
+  if (!rt) return nullptr;
   // A thread without a P: spread such threads over the Ps by thread identity, so a
   // foreign thread arming many timers does not pile them into P0's heap.
   auto h = static_cast<std::size_t>(pthread_self()) * 0x9e3779b97f4a7c15ull;

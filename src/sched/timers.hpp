@@ -83,14 +83,19 @@ class alignas(64) Timers {
   // Where a timer armed by the caller goes: its P's heap (or the runtime's one heap in
   // CORUN_TIMERS=global); for a thread without a P (a foreign thread, a task in
   // blocking(), sysmon) a P's heap chosen by thread, so such threads spread their timers.
-  // nullptr when no runtime runs.
+  // A thread that is not an M must call it, and use the heap, inside a foreign gate
+  // section (sched/proc.hpp ForeignPin), which decides the runtime. nullptr when no
+  // runtime runs (or it is stopping, for a thread that is not an M).
   static Timers* of_caller() noexcept;
   // Arms t, inactive, at `when` in this heap. The caller serialises arms of t. Wakes the
   // idle M if t is now the runtime's earliest deadline. Throws std::bad_alloc if the
   // heap cannot grow (t stays inactive).
   void add(TimerNode* t, std::int64_t when);
   // Takes t out of the heap it is in. True if it was armed; false if it was inactive or a
-  // firer took it first (then it fires, or fired).
+  // firer took it first (then it fires, or fired). remove and modify reach the heap
+  // through t->owner: a thread without a P calls them inside a foreign gate section, so
+  // that heap's runtime is not freed under it (its destruction drains the heaps, then
+  // waits for the gate).
   static bool remove(TimerNode* t) noexcept;
   // Moves an armed t to `when` within its heap (and sets its period if period > 0); a
   // later deadline costs O(1) (TimerHeap::update_lazy). False, and nothing done, if t is

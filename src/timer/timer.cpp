@@ -7,6 +7,13 @@
 // chan timer's send never blocks: a full channel drops the value (Go's sendTime), which
 // is also how a Ticker drops ticks for a slow reader.
 // Invariants: see timer.hpp (states, lifetime).
+// Threads without a P (foreign threads, tasks in blocking()) make every call below inside
+// a foreign gate section (sched::ForeignPin, sched/proc.hpp), opened before the record's
+// lock: the heap they arm in, stop or reset belongs to a runtime that may be ending, and
+// the section keeps it from being freed meanwhile. Such a call when the run is stopping or
+// gone acts as outside run(): arming throws std::logic_error; stop() and reset() of a
+// record whose heap was drained with its run find it inactive (reset then throws). On a P
+// the section is not opened (its run cannot end under it): one TLS load.
 // Rejected: firing under the heap's lock (fn's task creation and channel locks would
 // nest inside it and stretch every other P's stop/reset).
 #include "timer/timer.hpp"
@@ -17,6 +24,7 @@
 #include <corun/runtime.hpp>
 
 #include "os/thread.hpp"
+#include "sched/proc.hpp"
 
 namespace corun::detail {
 
@@ -133,12 +141,14 @@ void timer_release(TimerRec* t) noexcept {
 }
 
 bool timer_stop(TimerRec* t) noexcept {
+  sched::ForeignPin pin;
   base::Guard g(t->mu);
   return disarm(t);
 }
 
 bool timer_reset(TimerRec* t, Duration d) {
   std::int64_t when = deadline_after(d);
+  sched::ForeignPin pin;
   base::Guard g(t->mu);
   return rearm(t, when, 0, "corun::Timer::reset");
 }
@@ -162,6 +172,7 @@ Timer after_func(Duration d, std::function<void()> fn) {
   TimerRec* t = detail::new_rec(TimerKind::func);
   Timer handle(t);  // owns the first reference from here on
   t->fn = std::move(fn);
+  sched::ForeignPin pin;
   detail::start(t, d, "corun::after_func");
   return handle;
 }
@@ -170,6 +181,7 @@ Timer new_timer(Duration d) {
   TimerRec* t = detail::new_rec(TimerKind::chan);
   Timer handle(t);
   t->ch = Chan<Clock::time_point>(1);
+  sched::ForeignPin pin;
   detail::start(t, d, "corun::new_timer");
   return handle;
 }
@@ -184,6 +196,7 @@ Ticker::Ticker(Duration period) {
   t_ = Timer(t);
   t->ch = Chan<Clock::time_point>(1);
   t->period = period.count();
+  sched::ForeignPin pin;
   detail::arm(t, detail::deadline_after(period), "corun::Ticker");
 }
 
@@ -192,6 +205,7 @@ void Ticker::reset(Duration period) {
   TimerRec* t = t_.rec_;
   if (!t) throw std::logic_error("corun::Ticker::reset on a moved-from Ticker");
   std::int64_t when = detail::deadline_after(period);
+  sched::ForeignPin pin;
   base::Guard g(t->mu);
   detail::rearm(t, when, period.count(), "corun::Ticker::reset");
 }
