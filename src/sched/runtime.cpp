@@ -113,7 +113,7 @@ Runtime* boot(const Config& cfg, const Settings& s) {
     p->run_id = rt->run_id;
     p->os_cpu = place.os_cpu;
     p->numa_node = place.numa_node;
-    p->victims = rt->plan.victims[static_cast<std::size_t>(i)];
+    p->victims = rt->plan.victim_groups(i);
     p->stacks = rt->stacks[node >= 0 ? static_cast<std::size_t>(node) : 0].get();
     p->rng = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(i + 1);
     p->own_timers.rt = rt.get();
