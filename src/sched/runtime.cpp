@@ -49,7 +49,8 @@ void destroy_runtime(Runtime* rt) noexcept CORUN_NO_TSA {
     os::node_free(p, sizeof(P));
   }
   for (M* m : rt->allm) delete m;
-  delete rt;  // unmaps every stack slab, abandoned tasks' too
+  delete rt;                  // unmaps every stack slab, abandoned tasks' too
+  os::release_free_memory();  // the allocator would keep the freed pages resident
 }
 
 void release_runtime(Runtime* rt) noexcept {
