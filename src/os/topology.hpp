@@ -36,11 +36,13 @@
 // is the rotation), skipping i itself. The key depends only on the two Ps' places, and P i
 // sits on place i mod n (n = places in use), so the groups are computed once per place
 // (n^2 keys over places, not procs^2 over Ps) and a group's P ids follow from its places:
-// place c holds Ps c, c+n, c+2n, ... Groups with the same members (the other package, seen
-// from every P of this one; a node seen from every L3 of another) are stored once. Memory
-// is the distinct groups' P ids: a few times procs on real topologies (2 x 64 cores x SMT
-// at 4096 Ps: ~1 MiB; it was procs^2 ints, 64 MiB, and ~5 s of sorting). A P's list of
-// VictimGroup points into the plan and is what the scheduler's steal loop walks.
+// place c holds Ps c, c+n, c+2n, ... A group is stored once however many places see it
+// (a place's same-PU group is its SMT sibling's same-core group; the other package is one
+// group for every place of this one). Memory is the distinct groups' P ids: 2 x 64 cores
+// x SMT at 4096 Ps (pack:2 numa:1 core:64 pu:2) 266240 ints, 1 MiB, where the full lists
+// were procs^2 ints, 64 MiB per copy; pack:2 numa:4 l3:2 core:8 pu:2: 53248. Worst case, a
+// flat topology with no shared level, every place's "the rest" differs: places x procs.
+// A P's list of VictimGroup points into the plan and is what the scheduler's steal loop walks.
 //
 // On the 2-socket x 64-core server this is built for (e.g. 2 x EPYC, SMT on: 256 PUs,
 // NPS1..NPS4 gives 2..8 NUMA nodes, one L3 per 8-core CCX): a thief tries its SMT sibling,
