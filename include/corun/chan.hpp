@@ -16,7 +16,11 @@
 //
 // Beyond API.md: a nil channel (Chan<T>(nullptr) or Chan<T>::nil(), Go's nil chan:
 // never ready, send/recv block forever, close throws std::logic_error), operator bool,
-// operator==, and a negative integer capacity throws std::invalid_argument.
+// operator==, and capacity errors: a negative capacity throws std::invalid_argument
+// ("corun::Chan: capacity -1 is negative; a capacity is 0 (unbuffered) or more") however
+// it is spelled — any integer type, or a negative number already converted to std::size_t
+// (a std::size_t above INT64_MAX counts as one: no such buffer exists); a capacity whose
+// buffer would exceed 1 TiB throws std::length_error naming the largest accepted.
 // T must be nothrow-move-constructible: a value moves between tasks under the channel's
 // lock, where a throwing move would leave a half-delivered value.
 // Rejected: std::shared_ptr for the handle (a control block and a second allocation);
@@ -177,13 +181,16 @@ class Chan {
                 "between tasks under the channel's lock)");
 
  public:
+  // Throws std::invalid_argument for a capacity above INT64_MAX (a negative number converted
+  // to std::size_t), std::length_error for a buffer over 1 TiB.
   explicit Chan(std::size_t capacity = 0) : c_(detail::chan_make(capacity, &detail::elem_ops<T>)) {}
   // Any integer type: Chan<int> c(0) must not be ambiguous with the nil constructor, and
-  // a negative capacity is an error, not a huge size_t.
+  // a negative capacity is std::invalid_argument naming it, not a huge size_t.
   template <std::integral I>
   requires(!std::same_as<I, std::size_t> && !std::same_as<I, bool>) explicit Chan(I capacity)
       : c_(nullptr) {
-    if (capacity < 0) detail::throw_negative_capacity(static_cast<long long>(capacity));
+    if constexpr (std::is_signed_v<I>)
+      if (capacity < 0) detail::throw_negative_capacity(static_cast<long long>(capacity));
     c_ = detail::chan_make(static_cast<std::size_t>(capacity), &detail::elem_ops<T>);
   }
   Chan(std::nullptr_t) noexcept : c_(nullptr) {}  // NOLINT: nil channel, as Go's `var c chan T`

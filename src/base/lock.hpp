@@ -83,6 +83,7 @@ enum class LockRank : std::uint8_t {
   poll_cache,     // sched/netpoll.cpp: the free list of poll records.
   numa,           // os/numa.cpp: creation of a node's jemalloc arena.
   topology,       // os/topology.cpp: the cached real topology.
+  config,         // sched/config.cpp: environment names already warned about (a leaf).
   count_
 };
 
@@ -116,6 +117,7 @@ inline constexpr RankInfo kRanks[] = {
     {"poll cache", LockWait::spin, LockNest::never},
     {"numa arenas", LockWait::sleep, LockNest::never},
     {"topology cache", LockWait::sleep, LockNest::never},
+    {"config warnings", LockWait::sleep, LockNest::never},
 };
 static_assert(sizeof(kRanks) / sizeof(kRanks[0]) == static_cast<std::size_t>(LockRank::count_),
               "one kRanks row per LockRank, in order");

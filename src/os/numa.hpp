@@ -50,6 +50,14 @@ void* node_alloc(std::size_t size, std::size_t align, int node);
 // (checked in debug builds). Any thread may free any block.
 void node_free(void* p, std::size_t size) noexcept;
 
+// Gives the pages of freed memory back to the kernel now: every jemalloc arena's unused
+// dirty pages (mallctl "arena.<MALLCTL_ARENAS_ALL>.purge": the node arenas and the default
+// one, where a run's plan and bookkeeping live); malloc_trim(0) without jemalloc; nothing
+// under the sanitizers (their allocators keep their own quarantine). run() calls it when
+// the runtime is freed, so a finished run does not keep its memory resident until jemalloc's
+// decay (10 s by default) or the next run. Thread-safe; about 0.7 ms after a 4096-P run.
+void release_free_memory() noexcept;
+
 // True when node_alloc binds node arenas' pages with mbind (jemalloc build and libnuma
 // available); false in CORUN_NO_JEMALLOC builds. For tests and CORUN_DEBUG output.
 bool node_alloc_binds_pages() noexcept;

@@ -27,8 +27,8 @@
 namespace corun::os {
 namespace {
 
-// Largest explicit TopologyRequest::procs. victims is procs^2 ints (4096: 64 MiB); a machine
-// with more PUs still gets one P per PU with procs = 0.
+// Largest explicit TopologyRequest::procs (README: CORUN_PROCS 1 to 4096); a machine with
+// more PUs still gets one P per PU with procs = 0.
 constexpr int kMaxProcs = 4096;
 
 // Calling thread's affinity mask as OS CPU numbers, ascending. Grows the cpu_set_t until
@@ -245,8 +245,6 @@ TopologyPlan plan_from(hwloc_topology_t t, const TopologyRequest& req, bool real
               : "the topology has no PU");
   plan.pus = static_cast<int>(pus.size());
   const int nprocs = req.procs == 0 ? plan.pus : req.procs;
-  if (nprocs >= (1 << 21))
-    fail("too many PUs (" + std::to_string(nprocs) + ") for the victim keys");
 
   // Places of the distinct PUs, then P i -> place (i mod n).
   std::vector<ProcPlace> places;
@@ -282,47 +280,66 @@ TopologyPlan plan_from(hwloc_topology_t t, const TopologyRequest& req, bool real
     plan.numa_distances_used = lat.n > 1;
   }
 
-  // Sort keys, see topology.hpp: (tier, latency, other package, rotation) packed into one
-  // integer, most significant first, so the nprocs^2 sort compares words.
-  // Bits: tier 63..60, latency 59..22 (SLIT values are < 256; clamped), other package 21,
-  // rotation 20..0 (nprocs <= kMaxProcs or PUs, both < 2^21).
-  auto shared = [](int a, int b) { return a >= 0 && a == b; };
-  plan.victims.resize(static_cast<size_t>(nprocs));
-  std::vector<std::uint64_t> keys;
-  keys.reserve(static_cast<size_t>(nprocs));
-  for (int i = 0; i < nprocs; ++i) {
-    const ProcPlace& a = plan.procs[static_cast<size_t>(i)];
-    keys.clear();
-    for (int j = 0; j < nprocs; ++j) {
-      if (j == i) continue;
-      const ProcPlace& b = plan.procs[static_cast<size_t>(j)];
-      std::uint64_t tier = 5;
-      std::uint64_t latency = 0;
-      if (a.pu == b.pu) {
-        tier = 0;
-      } else if (shared(a.core, b.core)) {
-        tier = 1;
-      } else if (shared(a.l2, b.l2)) {
-        tier = 2;
-      } else if (shared(a.l3, b.l3)) {
-        tier = 3;
-      } else if (shared(a.numa_node, b.numa_node)) {  // both -1 when numa is off
-        tier = 4;
-      } else if (plan.numa_distances_used) {
-        latency = std::min<std::uint64_t>(lat.at(a.numa_node, b.numa_node), (1ull << 38) - 1);
-      }
-      // Every tier puts its own package first: one NUMA node may span both sockets (BIOS
-      // node interleaving), and then the package is all that is left to go by.
-      const std::uint64_t other_pkg = a.package >= 0 && b.package >= 0 && a.package != b.package;
-      const auto rotation = static_cast<std::uint64_t>(j > i ? j - i : j - i + nprocs);
-      keys.push_back(tier << 60 | latency << 22 | other_pkg << 21 | rotation);
+  // Group keys, see topology.hpp: (tier, latency, other package) packed into one integer,
+  // most significant first. Bits: tier 63..60, latency 59..1 (SLIT values are < 256;
+  // clamped), other package 0. The rotation is not in the key: it is how a group is walked.
+  const auto group_key = [&](const ProcPlace& a, const ProcPlace& b) -> std::uint64_t {
+    auto shared = [](int x, int y) { return x >= 0 && x == y; };
+    std::uint64_t tier = 5;
+    std::uint64_t latency = 0;
+    if (a.pu == b.pu) {
+      tier = 0;
+    } else if (shared(a.core, b.core)) {
+      tier = 1;
+    } else if (shared(a.l2, b.l2)) {
+      tier = 2;
+    } else if (shared(a.l3, b.l3)) {
+      tier = 3;
+    } else if (shared(a.numa_node, b.numa_node)) {  // both -1 when numa is off
+      tier = 4;
+    } else if (plan.numa_distances_used) {
+      latency = std::min<std::uint64_t>(lat.at(a.numa_node, b.numa_node), (1ull << 59) - 1);
     }
-    std::sort(keys.begin(), keys.end());
-    std::vector<int>& v = plan.victims[static_cast<size_t>(i)];
-    v.reserve(keys.size());
-    for (std::uint64_t k : keys) {
-      const int j = i + static_cast<int>(k & ((1u << 21) - 1));  // undo the rotation
-      v.push_back(j < nprocs ? j : j - nprocs);
+    // Every tier puts its own package first: one NUMA node may span both sockets (BIOS
+    // node interleaving), and then the package is all that is left to go by.
+    const std::uint64_t other_pkg = a.package >= 0 && b.package >= 0 && a.package != b.package;
+    return tier << 60 | latency << 1 | other_pkg;
+  };
+
+  // Places in use: P i sits on place i mod n; with fewer Ps than PUs only the first nprocs.
+  const int n = std::min<int>(nprocs, static_cast<int>(places.size()));
+  plan.place_groups.resize(static_cast<size_t>(n));
+  std::map<std::vector<int>, int> interned;  // a group's places -> its index in plan.groups
+  std::vector<std::pair<std::uint64_t, std::vector<int>>> buckets;  // (key, places), this c
+  for (int c = 0; c < n; ++c) {
+    for (auto& bucket : buckets) bucket.second.clear();
+    size_t last = 0;  // neighbours mostly share a key: try the previous bucket first
+    for (int d = 0; d < n; ++d) {
+      const std::uint64_t key =
+          group_key(places[static_cast<size_t>(c)], places[static_cast<size_t>(d)]);
+      if (last >= buckets.size() || buckets[last].first != key) {
+        last = 0;
+        while (last < buckets.size() && buckets[last].first != key) ++last;
+        if (last == buckets.size()) buckets.emplace_back(key, std::vector<int>());
+      }
+      buckets[last].second.push_back(d);  // d ascending: each bucket stays sorted
+    }
+    std::sort(buckets.begin(), buckets.end());  // by key (places break no ties: keys differ)
+    for (const auto& [key, members] : buckets) {
+      if (members.empty()) continue;
+      auto [it, fresh] = interned.try_emplace(members, static_cast<int>(plan.groups.size()));
+      if (fresh) {
+        // Place x holds Ps x, x+n, x+2n, ... < nprocs: row by row, each row ascending.
+        std::vector<int> ids;
+        ids.reserve(members.size() * static_cast<size_t>((nprocs + n - 1) / n));
+        for (int row = 0; row < nprocs; row += n)
+          for (int x : members) {
+            if (row + x >= nprocs) break;
+            ids.push_back(row + x);
+          }
+        plan.groups.push_back(std::move(ids));
+      }
+      plan.place_groups[static_cast<size_t>(c)].push_back(it->second);
     }
   }
   return plan;
@@ -352,6 +369,44 @@ std::string idx(int v) {
 
 }  // namespace
 
+std::vector<VictimGroup> TopologyPlan::victim_groups(int p) const {
+  std::vector<VictimGroup> out;
+  if (p < 0 || static_cast<size_t>(p) >= procs.size() || place_groups.empty()) return out;
+  const auto& mine = place_groups[static_cast<size_t>(p) % place_groups.size()];
+  out.reserve(mine.size());
+  for (int g : mine) {
+    const std::vector<int>& ids = groups[static_cast<size_t>(g)];
+    if (ids.empty() || (ids.size() == 1 && ids[0] == p)) continue;
+    VictimGroup vg;
+    vg.ids = ids.data();
+    vg.n = static_cast<int>(ids.size());
+    vg.start = static_cast<int>(std::upper_bound(ids.begin(), ids.end(), p) - ids.begin());
+    if (vg.start == vg.n) vg.start = 0;
+    out.push_back(vg);
+  }
+  return out;
+}
+
+namespace {
+// One group in P p's visiting order, without p.
+std::vector<int> walk(const VictimGroup& g, int p) {
+  std::vector<int> v;
+  v.reserve(static_cast<size_t>(g.n));
+  for (int k = 0, i = g.start; k < g.n; ++k, i = i + 1 == g.n ? 0 : i + 1)
+    if (g.ids[i] != p) v.push_back(g.ids[i]);
+  return v;
+}
+}  // namespace
+
+std::vector<int> TopologyPlan::victims(int p) const {
+  std::vector<int> out;
+  for (const VictimGroup& g : victim_groups(p)) {
+    const std::vector<int> w = walk(g, p);
+    out.insert(out.end(), w.begin(), w.end());
+  }
+  return out;
+}
+
 std::string TopologyPlan::describe() const {
   std::string s = "topology: " + std::to_string(procs.size()) + " Ps on " + std::to_string(pus) +
                   " PUs, " + std::to_string(numa_nodes) + " NUMA node(s), " +
@@ -363,7 +418,16 @@ std::string TopologyPlan::describe() const {
     s += "  P" + std::to_string(p) + ": cpu " + idx(pl.os_cpu) + " pu " + idx(pl.pu) + " core " +
          idx(pl.core) + " l2 " + idx(pl.l2) + " l3 " + idx(pl.l3) + " node " + idx(pl.numa_node) +
          " pkg " + idx(pl.package);
-    if (p < victims.size()) s += " victims " + ranges(victims[p], 80);
+    // Groups nearest first, " | " between them, each in this P's visiting order.
+    std::string v;
+    for (const VictimGroup& g : victim_groups(static_cast<int>(p))) {
+      if (v.size() > 80) {
+        v += " | ...";
+        break;
+      }
+      v += (v.empty() ? "" : " | ") + ranges(walk(g, static_cast<int>(p)), 80 - v.size());
+    }
+    if (!v.empty()) s += " victims " + v;
     s += '\n';
   }
   return s;
@@ -372,7 +436,7 @@ std::string TopologyPlan::describe() const {
 TopologyPlan plan_topology(const TopologyRequest& req) {
   if (req.procs < 0 || req.procs > kMaxProcs)
     fail("procs = " + std::to_string(req.procs) + ": accepted 0 (one per PU) or 1.." +
-         std::to_string(kMaxProcs) + " (victim lists take procs^2 ints)");
+         std::to_string(kMaxProcs));
   if (!req.synthetic.empty() && !req.xml_path.empty())
     fail("both synthetic (\"" + req.synthetic + "\") and xml_path (\"" + req.xml_path +
          "\") set: accepted at most one");

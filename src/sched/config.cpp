@@ -5,8 +5,13 @@
 // it, so the docs and the parser cannot disagree about which names exist or what they
 // accept. Parsers throw through bad(), which prints the row's "accepted" text verbatim.
 //
+// Look-alike names in another case (corun_procs) are warned about, not rejected (another
+// program may own them); g_warned remembers which were, so each prints once per process
+// however many runs there are.
+//
 // Rejected: a std::map<name, parser> (loses the documented order, which is also the
-// deterministic error order); regex validation (slow to compile, obscures the ranges).
+// deterministic error order); regex validation (slow to compile, obscures the ranges);
+// treating a look-alike as its CORUN_ name (one spelling per name, as for values).
 #include "sched/config.hpp"
 
 #include <unistd.h>  // environ (declared under _GNU_SOURCE, which g++/clang++ define)
@@ -15,8 +20,11 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string_view>
+
+#include "base/lock.hpp"
 
 namespace corun::sched {
 namespace {
@@ -273,7 +281,50 @@ std::size_t distance(std::string_view a, std::string_view b) {
   throw std::invalid_argument(msg);
 }
 
+char upper(char c) {
+  return (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c;
+}
+
+// Not "CORUN_" exactly, but "CORUN_" ignoring ASCII case.
+bool lookalike(std::string_view name) {
+  if (name.size() < kPrefix.size() || name.starts_with(kPrefix)) return false;
+  for (std::size_t i = 0; i < kPrefix.size(); ++i)
+    if (upper(name[i]) != kPrefix[i]) return false;
+  return true;
+}
+
+// Names already warned about in this process (each is printed once).
+base::Lock<base::LockRank::config> g_warned_mu;
+std::set<std::string> g_warned CORUN_GUARDED_BY(g_warned_mu);
+
 }  // namespace
+
+std::vector<std::string> lookalike_warnings(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  std::set<std::string_view> seen;
+  for (const std::string& name : names) {
+    if (!lookalike(name) || !seen.insert(name).second) continue;
+    std::string line =
+        "corun: environment variable " + escape(name) + " ignored: names are case-sensitive";
+    // The nearest known name ignoring case (distance() ignores it), within 2 edits.
+    const Var* best = nullptr;
+    std::size_t best_d = 3;
+    for (const Var& v : kVars) {
+      const std::size_t d = distance(name, v.doc.name);
+      if (d < best_d) {
+        best = &v;
+        best_d = d;
+      }
+    }
+    if (best) {
+      line += std::string("; did you mean ") + best->doc.name + "?";
+    } else {
+      line += "; corun reads only upper-case CORUN_* names (see the README's tuning table)";
+    }
+    out.push_back(std::move(line));
+  }
+  return out;
+}
 
 const std::vector<VarDoc>& known_variables() {
   static const std::vector<VarDoc> docs = [] {
@@ -309,15 +360,30 @@ Settings parse_settings(const std::vector<std::pair<std::string, std::string>>& 
 
 Settings settings_from_environment() {
   std::vector<std::pair<std::string, std::string>> vars;
+  std::vector<std::string> lookalikes;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view entry(*e);
-    if (!entry.starts_with(kPrefix)) continue;
+    if (!entry.starts_with(kPrefix)) {
+      const std::string_view name = entry.substr(0, entry.find('='));
+      if (lookalike(name)) lookalikes.emplace_back(name);
+      continue;
+    }
     const auto eq = entry.find('=');
     if (eq == std::string_view::npos) {
       vars.emplace_back(std::string(entry), std::string());  // malformed entry: no value
     } else {
       vars.emplace_back(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
     }
+  }
+  if (!lookalikes.empty()) {
+    std::vector<std::string> fresh;  // not warned about yet in this process
+    {
+      base::Guard g(g_warned_mu);
+      for (std::string& name : lookalikes)
+        if (g_warned.insert(name).second) fresh.push_back(std::move(name));
+    }
+    for (const std::string& line : lookalike_warnings(fresh))
+      std::fprintf(stderr, "%s\n", line.c_str());
   }
   return parse_settings(vars);
 }

@@ -19,6 +19,11 @@
 //  - An empty value means unset (shell idiom `CORUN_PROCS= prog`). An unknown CORUN_* name
 //    is an error even with an empty value: a typo is never silently ignored.
 //  - A name given twice (possible in a hand-built environ) is an error, not "first wins".
+//  - A name in another case (corun_procs, Corun_Timers: its upper-case form starts with
+//    CORUN_, the name itself does not) is not ours, but is almost surely meant for us: it is
+//    ignored with one warning line on stderr per process and name, not an error (another
+//    program may own such a name). A name that starts with CORUN_ exactly is ours, so
+//    CORUN_procs stays an unknown-variable error (with its "did you mean").
 //
 // Rejected:
 //  - Ignoring unknown names/keys (Go's GODEBUG does): a typo like CORUN_PROC=4 would run
@@ -29,9 +34,10 @@
 //    and one spelling per value keeps scripts, greps and docs agreeing.
 //  - One getenv() per known variable: it cannot see typos; we scan environ instead.
 //
-// Thread safety: parse_settings/describe/format_backoff/known_variables are pure and
-// thread-safe. settings_from_environment() reads environ, which POSIX does not protect:
-// call it while no other thread may run setenv/putenv (run() calls it before starting any).
+// Thread safety: parse_settings/describe/format_backoff/known_variables/lookalike_warnings
+// are pure and thread-safe. settings_from_environment() reads environ, which POSIX does not
+// protect: call it while no other thread may run setenv/putenv (run() calls it before starting
+// any).
 #pragma once
 
 #include <cstddef>
@@ -92,7 +98,17 @@ const std::vector<VarDoc>& known_variables();
 // (see the invariants above for the message and which error is reported).
 Settings parse_settings(const std::vector<std::pair<std::string, std::string>>& vars);
 
-// Scans environ for names starting with "CORUN_" and calls parse_settings.
+// The warnings for environment names that look like CORUN_ names in another case (see the
+// invariants): one line (no newline) per distinct such name in `names`, in input order:
+//   corun: environment variable corun_procs ignored: names are case-sensitive; did you mean
+//   CORUN_PROCS?
+// Names starting with "CORUN_" exactly, and names not starting with it in any case, give
+// none. Pure.
+std::vector<std::string> lookalike_warnings(const std::vector<std::string>& names);
+
+// Scans environ: names starting with "CORUN_" go to parse_settings; look-alikes in another
+// case are warned about on stderr (lookalike_warnings), each name once per process, before
+// parsing, and are otherwise ignored.
 Settings settings_from_environment();
 
 // "spin:3000", "usleep:100", "yield" — the CORUN_RUNNEXT_BACKOFF spelling.

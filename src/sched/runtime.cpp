@@ -135,7 +135,8 @@ void destroy_runtime(Runtime* rt) noexcept CORUN_NO_TSA {
     os::node_free(p, sizeof(P));
   }
   for (M* m : rt->allm) delete m;
-  delete rt;  // unmaps every stack slab, abandoned tasks' too
+  delete rt;                  // unmaps every stack slab, abandoned tasks' too
+  os::release_free_memory();  // the allocator would keep the freed pages resident
 }
 
 void release_runtime(Runtime* rt) noexcept {
@@ -199,7 +200,7 @@ Runtime* boot(const Config& cfg, const Settings& s) {
     p->run_id = rt->run_id;
     p->os_cpu = place.os_cpu;
     p->numa_node = place.numa_node;
-    p->victims = rt->plan.victims[static_cast<std::size_t>(i)];
+    p->victims = rt->plan.victim_groups(i);
     p->stacks = rt->stacks[node >= 0 ? static_cast<std::size_t>(node) : 0].get();
     p->rng = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(i + 1);
     p->own_timers.rt = rt.get();

@@ -383,18 +383,23 @@ Task* steal_work(Runtime* rt, P* p) noexcept {
   constexpr int kPasses = 4;
   for (int pass = 0; pass < kPasses; pass++) {
     bool last = pass == kPasses - 1;
-    for (int v : p->victims) {
-      if (rt->stopping.load(std::memory_order_relaxed)) return nullptr;
-      P* vp = rt->ps[static_cast<std::size_t>(v)];
-      if (!last && vp->runq.empty_hint()) continue;
-      bool running = vp->status.load(std::memory_order_relaxed) == PStatus::running;
-      std::uint32_t n = StealEnd(vp->runq).steal_into(local, last, running, *rt->backoff);
-      if (n == 0) continue;
-      Task* t = local.publish_stolen(n);
-      CORUN_PROBE3(steal, p->id, vp->id, n);
-      p->stat_steals.store(p->stat_steals.load(std::memory_order_relaxed) + n,
-                           std::memory_order_relaxed);
-      return t;
+    for (const os::VictimGroup& g : p->victims) {
+      // The group from its start, wrapping around: the rotation (os/topology.hpp).
+      for (int k = 0, i = g.start; k < g.n; ++k, i = i + 1 == g.n ? 0 : i + 1) {
+        const int v = g.ids[i];
+        if (v == p->id) continue;  // the same-PU group under oversubscription holds us
+        if (rt->stopping.load(std::memory_order_relaxed)) return nullptr;
+        P* vp = rt->ps[static_cast<std::size_t>(v)];
+        if (!last && vp->runq.empty_hint()) continue;
+        bool running = vp->status.load(std::memory_order_relaxed) == PStatus::running;
+        std::uint32_t n = StealEnd(vp->runq).steal_into(local, last, running, *rt->backoff);
+        if (n == 0) continue;
+        Task* t = local.publish_stolen(n);
+        CORUN_PROBE3(steal, p->id, vp->id, n);
+        p->stat_steals.store(p->stat_steals.load(std::memory_order_relaxed) + n,
+                             std::memory_order_relaxed);
+        return t;
+      }
     }
   }
   return nullptr;

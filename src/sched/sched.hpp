@@ -75,7 +75,9 @@ struct alignas(64) P {
   std::uint64_t run_id = 0;  // Runtime::run_id; beside id: the pool's fast path reads both
   int os_cpu = -1;           // CPU to pin to, -1 for none
   int numa_node = -1;        // for placement
-  std::vector<int> victims;  // other P ids, nearest first
+  // Other P ids, nearest first, as distance groups pointing into Runtime::plan (which
+  // outlives the Ps): walk each from its start, wrapping, skipping this P (os/topology.hpp).
+  std::vector<os::VictimGroup> victims;
   os::StackAllocator* stacks = nullptr;  // this P's NUMA node's allocator
 
   // Written by the holder on transitions, CASed by sysmon (syscall -> idle);
@@ -140,7 +142,7 @@ struct Runtime {
   // Unique for every run() of the process (never reused, unlike the Runtime's address):
   // lets layers above tell state from an earlier run from this one's. Immutable.
   std::uint64_t run_id = 0;
-  os::TopologyPlan plan;
+  os::TopologyPlan plan;  // immutable after boot; every P::victims points into it
   int nprocs = 0;
   std::size_t stack_bytes = 0;
   std::vector<P*> ps;

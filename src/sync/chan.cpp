@@ -139,13 +139,31 @@ void noop_commit(void*) {}
 
 // ---- the operations -------------------------------------------------------------------
 
+namespace {
+// The existing negative-capacity message, with the std::size_t the caller passed.
+[[noreturn]] void throw_negative_size_t_capacity(std::size_t capacity) {
+  const auto as_signed = static_cast<long long>(capacity);  // two's complement (C++20)
+  throw std::invalid_argument("corun::Chan: capacity " + std::to_string(as_signed) +
+                              " is negative (" + std::to_string(capacity) +
+                              " as std::size_t); a capacity is 0 (unbuffered) or more");
+}
+}  // namespace
+
+// capacity arrives as a std::size_t: Chan(std::size_t), or Chan(I) once it checked that an
+// integer is not negative. A value with the top bit set is no buffer anyone can allocate
+// and is what a negative number becomes on its way to std::size_t (an unscoped enum, a
+// class converting to int, an explicit cast, unsigned arithmetic below zero): it is
+// reported as that negative number, with std::invalid_argument as for Chan<T>(-1).
 ChanHeader* chan_make(std::size_t capacity, const ElemOps* ops) {
+  if (capacity > static_cast<std::size_t>(INT64_MAX)) throw_negative_size_t_capacity(capacity);
   std::size_t align = alloc_align(ops);
   std::size_t head = (sizeof(ChanCore) + ops->align - 1) & ~(ops->align - 1);
   std::size_t limit = (std::size_t{1} << 40) / (ops->size ? ops->size : 1);
   if (capacity > limit)
     throw std::length_error("corun::Chan: capacity " + std::to_string(capacity) +
-                            " too large (the buffer would exceed 1 TiB)");
+                            " too large for " + std::to_string(ops->size) +
+                            "-byte values; a capacity is 0 (unbuffered) to " +
+                            std::to_string(limit) + " (a buffer of at most 1 TiB)");
   std::size_t bytes = head + capacity * ops->size;
   void* mem = ::operator new (bytes, std::align_val_t{align});
   auto* c = ::new (mem) ChanCore();

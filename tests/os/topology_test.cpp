@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 namespace {
 
@@ -36,12 +38,18 @@ TopologyPlan synthetic(const char* desc, int procs = 0, bool numa = true) {
   return plan_topology(r);
 }
 
-// victims[p] is a permutation of every P but p.
+// Every P's victims in visiting order.
+std::vector<std::vector<int>> all_victims(const TopologyPlan& plan) {
+  std::vector<std::vector<int>> out;
+  for (size_t p = 0; p < plan.procs.size(); ++p) out.push_back(plan.victims(static_cast<int>(p)));
+  return out;
+}
+
+// victims(p) is a permutation of every P but p.
 void check_permutations(const TopologyPlan& plan) {
   const int n = static_cast<int>(plan.procs.size());
-  REQUIRE(plan.victims.size() == plan.procs.size());
   for (int p = 0; p < n; ++p) {
-    std::vector<int> v = plan.victims[static_cast<size_t>(p)];
+    std::vector<int> v = plan.victims(p);
     REQUIRE(v.size() == static_cast<size_t>(n - 1));
     std::sort(v.begin(), v.end());
     std::vector<int> want;
@@ -51,10 +59,10 @@ void check_permutations(const TopologyPlan& plan) {
   }
 }
 
-// The set of NUMA nodes of Ps victims[p][from, to).
+// The set of NUMA nodes of Ps victims(p)[from, to).
 std::set<int> nodes_of(const TopologyPlan& plan, int p, size_t from, size_t to) {
   std::set<int> s;
-  const auto& v = plan.victims[static_cast<size_t>(p)];
+  const std::vector<int> v = plan.victims(p);
   for (size_t k = from; k < to && k < v.size(); ++k)
     s.insert(plan.procs[static_cast<size_t>(v[k])].numa_node);
   return s;
@@ -62,10 +70,44 @@ std::set<int> nodes_of(const TopologyPlan& plan, int p, size_t from, size_t to) 
 
 std::set<int> packages_of(const TopologyPlan& plan, int p, size_t from, size_t to) {
   std::set<int> s;
-  const auto& v = plan.victims[static_cast<size_t>(p)];
+  const std::vector<int> v = plan.victims(p);
   for (size_t k = from; k < to && k < v.size(); ++k)
     s.insert(plan.procs[static_cast<size_t>(v[k])].package);
   return s;
+}
+
+// The steal order as it was first written: every P's full list, sorted by the key
+// (tier, other package, rotation) over all pairs — O(procs^2 log procs), fine at test sizes.
+// Without a latency matrix (synthetic topologies) the grouped plan must give exactly this.
+std::vector<std::vector<int>> reference_victims(const TopologyPlan& plan) {
+  const int n = static_cast<int>(plan.procs.size());
+  auto shared = [](int a, int b) { return a >= 0 && a == b; };
+  std::vector<std::vector<int>> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const auto& a = plan.procs[static_cast<size_t>(i)];
+    std::vector<std::tuple<int, int, int, int>> keys;  // (tier, other pkg, rotation, j)
+    for (int j = 0; j < n; ++j) {
+      if (j == i) continue;
+      const auto& b = plan.procs[static_cast<size_t>(j)];
+      const int tier = a.pu == b.pu                       ? 0
+                       : shared(a.core, b.core)           ? 1
+                       : shared(a.l2, b.l2)               ? 2
+                       : shared(a.l3, b.l3)               ? 3
+                       : shared(a.numa_node, b.numa_node) ? 4
+                                                          : 5;
+      const int other = a.package >= 0 && b.package >= 0 && a.package != b.package;
+      keys.emplace_back(tier, other, j > i ? j - i : j - i + n, j);
+    }
+    std::sort(keys.begin(), keys.end());
+    for (const auto& k : keys) out[static_cast<size_t>(i)].push_back(std::get<3>(k));
+  }
+  return out;
+}
+
+size_t stored_ids(const TopologyPlan& plan) {
+  size_t n = 0;
+  for (const auto& g : plan.groups) n += g.size();
+  return n;
 }
 
 }  // namespace
@@ -91,7 +133,7 @@ TEST_SUITE("unit.os.topology") {
 
     // A second call reuses the cached topology and agrees.
     const TopologyPlan again = plan_topology({});
-    CHECK(again.victims == plan.victims);
+    CHECK(all_victims(again) == all_victims(plan));
   }
 
   TEST_CASE("pin_current_thread pins to a CPU of the plan and rejects bad CPUs") {
@@ -128,8 +170,9 @@ TEST_SUITE("unit.os.topology") {
       CHECK(packages_of(plan, p, 15, 31) == std::set<int>{1 - pkg});
     }
     // Rotation: P0 tries 1, 2, ... first; P5 tries 6, 7, 0 within its node.
-    CHECK(plan.victims[0][0] == 1);
-    const std::vector<int> p5(plan.victims[5].begin(), plan.victims[5].begin() + 7);
+    CHECK(plan.victims(0)[0] == 1);
+    const std::vector<int> v5 = plan.victims(5);
+    const std::vector<int> p5(v5.begin(), v5.begin() + 7);
     CHECK(p5 == std::vector<int>{6, 7, 0, 1, 2, 3, 4});
   }
 
@@ -138,7 +181,7 @@ TEST_SUITE("unit.os.topology") {
     REQUIRE(plan.procs.size() == 16);
     check_permutations(plan);
     for (size_t p = 0; p < plan.procs.size(); ++p) {
-      const int first = plan.victims[p][0];
+      const int first = plan.victims(static_cast<int>(p))[0];
       CHECK(plan.procs[static_cast<size_t>(first)].core == plan.procs[p].core);
       CHECK(plan.procs[static_cast<size_t>(first)].pu != plan.procs[p].pu);
     }
@@ -165,7 +208,7 @@ TEST_SUITE("unit.os.topology") {
     REQUIRE(plan.procs.size() == 16);
     check_permutations(plan);
     const auto& pl = plan.procs;
-    const auto& v = plan.victims[0];
+    const std::vector<int> v = plan.victims(0);
     CHECK(pl[static_cast<size_t>(v[0])].l2 == pl[0].l2);
     CHECK(pl[static_cast<size_t>(v[0])].l3 == pl[0].l3);
     for (size_t k = 1; k < 3; ++k) {
@@ -185,8 +228,8 @@ TEST_SUITE("unit.os.topology") {
     check_permutations(plan);
     for (int i = 0; i < 32; ++i) {
       CHECK(plan.procs[static_cast<size_t>(i)].pu == plan.procs[static_cast<size_t>(i + 32)].pu);
-      CHECK(plan.victims[static_cast<size_t>(i)][0] == i + 32);
-      CHECK(plan.victims[static_cast<size_t>(i + 32)][0] == i);
+      CHECK(plan.victims(i)[0] == i + 32);
+      CHECK(plan.victims(i + 32)[0] == i);
     }
   }
 
@@ -214,7 +257,8 @@ TEST_SUITE("unit.os.topology") {
       for (const auto& pl : off.procs) CHECK(pl.numa_node == -1);
       CHECK(packages_of(off, 0, 0, 7) == std::set<int>{off.procs[0].package});
       // Package 0 in rotation order: node 1's Ps are no longer behind node 2's.
-      const std::vector<int> first(off.victims[0].begin(), off.victims[0].begin() + 7);
+      const std::vector<int> v0 = off.victims(0);
+      const std::vector<int> first(v0.begin(), v0.begin() + 7);
       CHECK(first == std::vector<int>{1, 2, 3, 4, 5, 6, 7});
     }
   }
@@ -222,7 +266,8 @@ TEST_SUITE("unit.os.topology") {
   TEST_CASE("numa=false on a synthetic topology orders the package by rotation only") {
     const TopologyPlan plan = synthetic("pack:2 numa:2 core:8 pu:1", 0, false);
     check_permutations(plan);
-    const std::vector<int> p3(plan.victims[3].begin(), plan.victims[3].begin() + 15);
+    const std::vector<int> v3 = plan.victims(3);
+    const std::vector<int> p3(v3.begin(), v3.begin() + 15);
     CHECK(p3 == std::vector<int>{4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2});
   }
 
@@ -233,7 +278,7 @@ TEST_SUITE("unit.os.topology") {
     const auto& pl = plan.procs;
     // P0..P127: one per core; package 0 first.
     for (size_t p = 0; p < 64; ++p) CHECK(pl[p].package == 0);
-    const auto& v = plan.victims[0];
+    const std::vector<int> v = plan.victims(0);
     CHECK(pl[static_cast<size_t>(v[0])].core == pl[0].core);  // SMT sibling
     for (size_t k = 1; k < 15; ++k) CHECK(pl[static_cast<size_t>(v[k])].l3 == pl[0].l3);
     for (size_t k = 15; k < 31; ++k) {
@@ -246,6 +291,104 @@ TEST_SUITE("unit.os.topology") {
     CHECK(plan.describe().size() > 0);
   }
 
+  TEST_CASE("the distance groups give exactly the sorted full order, at any P count") {
+    struct Case {
+      const char* desc;
+      int procs;
+      bool numa;
+    };
+    const Case cases[] = {
+        {"pack:2 numa:2 core:8 pu:1", 0, true},
+        {"pack:2 numa:2 core:8 pu:1", 5, true},
+        {"pack:2 numa:2 core:8 pu:1", 64, true},
+        {"pack:2 numa:2 core:8 pu:1", 100, true},
+        {"pack:2 numa:2 core:8 pu:1", 0, false},
+        {"pack:2 core:4 pu:2", 0, true},
+        {"pack:2 core:4 pu:2", 4, true},
+        {"pack:2 core:4 pu:2", 40, true},
+        {"pack:2 numa:1 l3:2 l2:2 core:2 pu:1", 0, true},
+        {"pack:2 numa:4 l3:2 core:8 pu:2", 0, true},
+        {"pack:2 numa:4 l3:2 core:8 pu:2", 300, false},
+        {"core:3 pu:1", 7, true},
+        {"pu:1", 3, true},
+    };
+    for (const Case& c : cases) {
+      INFO(c.desc, " procs ", c.procs, " numa ", c.numa);
+      const TopologyPlan plan = synthetic(c.desc, c.procs, c.numa);
+      CHECK(all_victims(plan) == reference_victims(plan));
+      // Each P's groups are non-empty, walk from the first id above it, and hold it at most
+      // in the first (same-PU) group.
+      for (size_t p = 0; p < plan.procs.size(); ++p) {
+        const auto groups = plan.victim_groups(static_cast<int>(p));
+        for (size_t g = 0; g < groups.size(); ++g) {
+          REQUIRE(groups[g].n > 0);
+          const int* ids = groups[g].ids;
+          CHECK(std::is_sorted(ids, ids + groups[g].n));
+          CHECK(std::count(ids, ids + groups[g].n, static_cast<int>(p)) <= (g == 0 ? 1 : 0));
+        }
+      }
+    }
+    CHECK(plan_topology({}).victims(-1).empty());
+    CHECK(plan_topology({}).victim_groups(1 << 20).empty());
+  }
+
+  TEST_CASE("2 sockets x 64 cores x SMT: sibling, then own package, then the other") {
+    // hwloc's synthetic stand-in for a 2 x 64-core EPYC with SMT in NPS1 (one NUMA node per
+    // socket, no cache levels given): 256 PUs, P0..P127 one per core, P128..P255 siblings.
+    const TopologyPlan plan = synthetic("pack:2 numa:1 core:64 pu:2");
+    REQUIRE(plan.procs.size() == 256);
+    const auto& pl = plan.procs;
+    for (int p : {0, 1, 63, 64, 127, 128, 200, 255}) {
+      INFO("P", p);
+      const auto groups = plan.victim_groups(p);
+      REQUIRE(groups.size() == 3);
+      CHECK(groups[0].n == 1);    // the SMT sibling
+      CHECK(groups[1].n == 126);  // the rest of the package (= its NUMA node)
+      CHECK(groups[2].n == 128);  // the other package
+      const std::vector<int> v = plan.victims(p);
+      REQUIRE(v.size() == 255);
+      const auto& me = pl[static_cast<size_t>(p)];
+      CHECK(pl[static_cast<size_t>(v[0])].core == me.core);
+      CHECK(v[0] == (p < 128 ? p + 128 : p - 128));
+      for (size_t k = 1; k < 127; ++k) {
+        CHECK(pl[static_cast<size_t>(v[k])].package == me.package);
+        CHECK(pl[static_cast<size_t>(v[k])].core != me.core);
+      }
+      for (size_t k = 127; k < 255; ++k) CHECK(pl[static_cast<size_t>(v[k])].package != me.package);
+      // Rotation within a group: the package group starts at the next id above p (P255
+      // has none above it in its package: it wraps to the lowest).
+      if (p != 255) CHECK(v[1] > p);
+    }
+    // Stored once per distinct group, not once per P: far below procs^2.
+    CHECK(stored_ids(plan) < 256 * 80);
+
+    SUBCASE("at 4096 Ps (16 per PU) the order stays nearest-first and small") {
+      const TopologyPlan big = synthetic("pack:2 numa:1 core:64 pu:2", 4096);
+      REQUIRE(big.procs.size() == 4096);
+      CHECK(stored_ids(big) < size_t{4096} * 80);  // procs^2 would be 4096 * 4096
+      for (int p : {0, 129, 4095}) {
+        INFO("P", p);
+        const std::vector<int> v = big.victims(p);
+        REQUIRE(v.size() == 4095);
+        std::vector<int> sorted = v;
+        std::sort(sorted.begin(), sorted.end());
+        CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+        const auto& me = big.procs[static_cast<size_t>(p)];
+        size_t k = 0;
+        for (; k < 15; ++k) CHECK(big.procs[static_cast<size_t>(v[k])].pu == me.pu);
+        for (; k < 31; ++k) {
+          CHECK(big.procs[static_cast<size_t>(v[k])].core == me.core);
+          CHECK(big.procs[static_cast<size_t>(v[k])].pu != me.pu);
+        }
+        for (; k < 2047; ++k) {
+          CHECK(big.procs[static_cast<size_t>(v[k])].package == me.package);
+          CHECK(big.procs[static_cast<size_t>(v[k])].core != me.core);
+        }
+        for (; k < 4095; ++k) CHECK(big.procs[static_cast<size_t>(v[k])].package != me.package);
+      }
+    }
+  }
+
   TEST_CASE("concurrent planners agree") {
     const TopologyPlan want_real = plan_topology({});
     const TopologyPlan want_syn = synthetic("pack:2 core:4 pu:2");
@@ -256,9 +399,9 @@ TEST_SUITE("unit.os.topology") {
         bool same = true;
         for (int k = 0; k < 5; ++k) {
           if (t % 2 == 0)
-            same = same && plan_topology({}).victims == want_real.victims;
+            same = same && all_victims(plan_topology({})) == all_victims(want_real);
           else
-            same = same && synthetic("pack:2 core:4 pu:2").victims == want_syn.victims;
+            same = same && all_victims(synthetic("pack:2 core:4 pu:2")) == all_victims(want_syn);
         }
         ok[static_cast<size_t>(t)] = same;
       });

@@ -4,16 +4,21 @@
 //
 // The environment test saves every CORUN_* variable the test run inherited (the suite may
 // itself be run under, e.g., CORUN_PROCS=2), clears them, and restores them afterwards.
+// Look-alike names in another case (corun_procs) are tested through lookalike_warnings,
+// and once in a child process (the warning goes to stderr once per process).
 #include "sched/config.hpp"
 
 #include <doctest/doctest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "support.hpp"
 
 namespace {
 
@@ -88,7 +93,21 @@ class EnvGuard {
   Vars saved_;
 };
 
+size_t occurrences(const std::string& s, const std::string& sub) {
+  size_t n = 0;
+  for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
+
+// Two runs with look-alike names in the environment: both start; each name warned once.
+CORUN_TEST_CHILD(config_lookalikes) {
+  int ran = 0;
+  for (int k = 0; k < 2; ++k) corun::test::run([&] { ++ran; }, 1);
+  std::printf("runs: %d\n", ran);
+  return 0;
+}
 
 TEST_SUITE("unit.config") {
   TEST_CASE("nothing set gives every documented default") {
@@ -359,6 +378,59 @@ TEST_SUITE("unit.config") {
     SUBCASE("the bare prefix") {
       CHECK(contains(error_of({{"CORUN_", "1"}}), "unknown"));
     }
+  }
+
+  TEST_CASE("look-alike names in another case are warned about, not errors") {
+    using corun::sched::lookalike_warnings;
+    const std::string tail = " ignored: names are case-sensitive; did you mean ";
+    CHECK(lookalike_warnings({"corun_procs"}) ==
+          std::vector<std::string>{"corun: environment variable corun_procs" + tail +
+                                   "CORUN_PROCS?"});
+    CHECK(lookalike_warnings({"Corun_Timers"}) ==
+          std::vector<std::string>{"corun: environment variable Corun_Timers" + tail +
+                                   "CORUN_TIMERS?"});
+    CHECK(lookalike_warnings({"cORUN_pool_trim_ms"}) ==
+          std::vector<std::string>{"corun: environment variable cORUN_pool_trim_ms" + tail +
+                                   "CORUN_POOL_TRIM_MS?"});
+    // A near miss in another case still gets its suggestion; a far one says what is read.
+    CHECK(lookalike_warnings({"corun_proc"})[0] ==
+          "corun: environment variable corun_proc" + tail + "CORUN_PROCS?");
+    CHECK(lookalike_warnings({"corun_zzzzzzzz"}) ==
+          std::vector<std::string>{
+              "corun: environment variable corun_zzzzzzzz ignored: names are case-sensitive; "
+              "corun reads only upper-case CORUN_* names (see the README's tuning table)"});
+    // Not look-alikes: exact CORUN_ names (ours: parsed, or an unknown-name error), other
+    // prefixes, the prefix without its underscore.
+    for (const char* name : {"CORUN_PROCS", "CORUN_DEBUG", "CORUN_procs", "CORUN_", "corun",
+                             "corunprocs", "NOT_CORUN_PROCS", "xcorun_procs", "", "CORUNPROCS"}) {
+      INFO(name);
+      CHECK(lookalike_warnings({name}).empty());
+    }
+    // One line per distinct name, in input order; bytes escaped as in error messages.
+    CHECK(lookalike_warnings({"corun_pin", "CORUN_PIN", "corun_pin", "Corun_numa"}).size() == 2);
+    CHECK(lookalike_warnings({"corun_pin", "Corun_numa"})[1].find("CORUN_NUMA?") !=
+          std::string::npos);
+    CHECK(lookalike_warnings({"corun_\x01"})[0].find("corun_\\x01 ignored") != std::string::npos);
+    // And parse_settings never sees them: the environment scan keeps them out.
+    CHECK(error_of({{"CORUN_procs", "2"}}).find("did you mean CORUN_PROCS?") != std::string::npos);
+  }
+
+  TEST_CASE("a run with look-alike names starts and warns once per name and process") {
+    const auto r = corun::test::child_run(
+        "config_lookalikes", {"corun_procs=2", "Corun_Timers=global", "corun_procs_x=1"});
+    INFO(r.output);
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 0);
+    CHECK(contains(r.output, "runs: 2\n"));  // the look-alikes did not stop either run
+    CHECK(occurrences(
+              r.output,
+              "corun: environment variable corun_procs ignored: names are case-sensitive; did "
+              "you mean CORUN_PROCS?\n") == 1);
+    CHECK(occurrences(r.output,
+                      "corun: environment variable Corun_Timers ignored: names are case-sensitive; "
+                      "did you mean CORUN_TIMERS?\n") == 1);
+    CHECK(occurrences(r.output, "environment variable corun_procs_x ignored") == 1);
+    CHECK(occurrences(r.output, "corun: environment variable") == 3);
   }
 
   TEST_CASE("several errors: the first is reported, deterministically") {

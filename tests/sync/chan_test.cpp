@@ -35,8 +35,10 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -173,7 +175,90 @@ struct Tracked {
   }
 };
 
+// The message of the exception of type E that f throws; "" if it throws nothing.
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return {};
+}
+
+enum UnscopedCapacity : int { kMinusOne = -1 };
+
+// A class that converts to a negative int (no integer type of its own).
+struct ConvertsToMinusOne {
+  operator int() const { return -1; }  // NOLINT: implicit on purpose
+};
+
 }  // namespace
+
+// Construction needs no runtime (a channel is only memory until a task waits on it).
+TEST_SUITE("unit.chan") {
+  TEST_CASE("every spelling of a negative capacity throws std::invalid_argument") {
+    const std::string minus_one =
+        "corun::Chan: capacity -1 is negative; a capacity is 0 "
+        "(unbuffered) or more";
+    // Integer types take the constructor template: the exact message with the value.
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c(-1); }) == minus_one);
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c(-1L); }) == minus_one);
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c{-1}; }) == minus_one);
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c(-1LL); }) == minus_one);
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c(static_cast<short>(-1)); }) ==
+          minus_one);
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c(static_cast<signed char>(-1)); }) ==
+          minus_one);
+    const std::ptrdiff_t diff = -5;
+    CHECK(message_of<std::invalid_argument>([&] { Chan<std::string> c(diff); }) ==
+          "corun::Chan: capacity -5 is negative; a capacity is 0 (unbuffered) or more");
+    CHECK(message_of<std::invalid_argument>([] {
+            Chan<int> c(std::numeric_limits<long long>::min());
+          }).find("capacity -9223372036854775808 is negative") != std::string::npos);
+    // Already a std::size_t (a cast, unsigned arithmetic gone below zero, an unscoped enum
+    // or a class converting to int): the same error, naming the size_t it arrived as.
+    const std::string minus_one_size_t =
+        "corun::Chan: capacity -1 is negative (18446744073709551615 as std::size_t); a "
+        "capacity is 0 (unbuffered) or more";
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c(static_cast<std::size_t>(-1)); }) ==
+          minus_one_size_t);
+    CHECK(message_of<std::invalid_argument>([] {
+            const std::size_t have = 2, want = 3;
+            Chan<int> c(have - want);
+          }) == minus_one_size_t);
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c(kMinusOne); }) == minus_one_size_t);
+    CHECK(message_of<std::invalid_argument>([] { Chan<int> c(ConvertsToMinusOne{}); }) ==
+          minus_one_size_t);
+    // The first std::size_t that is no buffer: INT64_MAX + 1 (INT64_MIN as a signed number).
+    CHECK(message_of<std::invalid_argument>([] {
+            Chan<char> c(static_cast<std::size_t>(INT64_MAX) + 1);
+          }).find("capacity -9223372036854775808 is negative") != std::string::npos);
+    // All of them are std::logic_error too, as any constructor argument error is.
+    CHECK_THROWS_AS(Chan<int>(-1), std::logic_error);
+  }
+
+  TEST_CASE("a huge capacity throws std::length_error naming the largest accepted") {
+    const std::string m = message_of<std::length_error>(
+        [] { Chan<std::uint32_t> c(static_cast<std::size_t>(INT64_MAX)); });
+    CHECK(m ==
+          "corun::Chan: capacity 9223372036854775807 too large for 4-byte values; a capacity "
+          "is 0 (unbuffered) to 274877906944 (a buffer of at most 1 TiB)");
+    CHECK_THROWS_AS(Chan<char>((std::size_t{1} << 40) + 1), std::length_error);
+    CHECK_THROWS_AS(Chan<int>(std::int64_t{1} << 40), std::length_error);
+  }
+
+  TEST_CASE("capacity 0 and small capacities of every integer type construct") {
+    CHECK(Chan<int>().capacity() == 0);
+    CHECK(Chan<int>(0).capacity() == 0);
+    CHECK(Chan<int>{3}.capacity() == 3);
+    CHECK(Chan<int>(3L).capacity() == 3);
+    CHECK(Chan<int>(3u).capacity() == 3);
+    CHECK(Chan<int>(std::size_t{3}).capacity() == 3);
+    CHECK(Chan<int>(static_cast<unsigned char>(255)).capacity() == 255);
+    CHECK(Chan<int>(true).capacity() == 1);  // bool is no integer here: std::size_t 1
+  }
+}
 
 TEST_SUITE("rt.chan") {
   TEST_CASE("recv on empty and send on full block; try_* and select-otherwise never block") {
