@@ -144,8 +144,14 @@ Task* netpoll(Runtime* rt, std::int64_t until, const Note* stop) {
   Task* list = nullptr;
   for (int i = 0; i < n; i++) {
     PollDesc* pd = evs[i].pd;
-    // seq_cst, before unblock()'s seq_cst load of rg_ (PollDesc::hup_ says why).
-    if (evs[i].hup) pd->hup_.store(true, std::memory_order_seq_cst);
+    // seq_cst, before unblock()'s seq_cst load of rg_ (PollDesc::hup_ says why). The
+    // acquire load first pairs with open()'s release stores: the record reached us through
+    // epoll, which TSan cannot see, so without it the store would look like a race with
+    // the record's construction.
+    if (evs[i].hup) {
+      (void)pd->rg_.load(std::memory_order_acquire);
+      pd->hup_.store(true, std::memory_order_seq_cst);
+    }
     if (evs[i].read)
       if (Task* t = pd->unblock(false, true)) netpoll_ready_list(&list, t);
     if (evs[i].write)
