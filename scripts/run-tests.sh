@@ -10,7 +10,8 @@
 # A test case in a suite matching neither (or in no suite) is listed and counted as a
 # failure, as is a binary with no case of one of the classes, so a new suite is never
 # skipped silently nor run once when it should run at every P count.
-# Prints doctest's summary per run and a final "tests: N passed, M failed" line.
+# Prints doctest's summary per run, then every failed check again with its test case and
+# the run it came from (CI shows only a log's tail), and a final "tests: N passed, M failed".
 set -uo pipefail
 b=${1:?build dir}
 procs=${2:-"1 2 4"}
@@ -20,7 +21,8 @@ rt_suites='rt.*'
 pass=0      # test cases passed, summed over the runs (doctest's and unittest's counts)
 fail=0      # test cases failed, plus 1 for any run that crashed or exited non-zero
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+failures=$(mktemp)  # what each failed run reported, reprinted at the end
+trap 'rm -f "$log" "$failures"' EXIT
 run() {
   echo "== $*"
   "$@" 2>&1 | tee "$log"
@@ -35,7 +37,20 @@ run() {
     n=$(grep -E '^Ran [0-9]+ test' "$log" | sed -E 's/Ran ([0-9]+).*/\1/')
     if [ "$rc" -eq 0 ]; then pass=$((pass + n)); fi
   fi
-  if [ "$rc" -ne 0 ]; then fail=$((fail + 1)); echo "FAILED (exit $rc): $*"; fi
+  if [ "$rc" -ne 0 ]; then
+    fail=$((fail + 1))
+    echo "FAILED (exit $rc): $*"
+    {
+      echo "-- FAILED (exit $rc): $*"
+      # doctest's case header, each failed check with its values, sanitizer and death lines.
+      awk '/^TEST SUITE:|^TEST CASE:/ { hdr = hdr $0 "\n"; next }
+           /^==========/ { hdr = ""; shown = 0; next }
+           /: (ERROR|FATAL ERROR): |^==[0-9]+==ERROR|^WARNING: ThreadSanitizer|^SUMMARY: |corun: / {
+             if (!shown) { printf "%s", hdr; shown = 1 }
+             print; ctx = 3; next }
+           ctx > 0 { print; ctx-- }' "$log" | head -60
+    } >>"$failures"
+  fi
 }
 # How many test cases (skipped ones included) pass doctest filters "$@"; -1 on error.
 count_cases() {
@@ -80,5 +95,9 @@ for p in $procs; do
   run env CORUNTEST_PROCS="$p" "$bin" --test-suite="$rt_suites" --no-intro=true
 done
 run python3 scripts/benchcmp_test.py
+if [ -s "$failures" ]; then
+  echo "== what failed (again, from each failed run above)"
+  cat "$failures"
+fi
 echo "tests: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

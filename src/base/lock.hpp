@@ -61,6 +61,8 @@ namespace corun::base {
 enum class LockRank : std::uint8_t {
   foreign_gate,   // sched/runtime.cpp: one grace period of the foreign gate at a time (the
                   // end of a run, a runtime's destruction); taken with no other lock held.
+  timer_send,     // timer/timer.cpp TimerRec::send_mu: one chan timer's sends, in order;
+                  // taken by a firer holding no lock, the channel's nests inside.
   context,        // context/context.cpp node locks. Cancel holds the path from the canceled
                   // node down (parent before child) and closes done channels and stops
                   // timers under it, so chan, timer_rec and timers nest inside.
@@ -103,6 +105,7 @@ struct RankInfo {
 
 inline constexpr RankInfo kRanks[] = {
     {"foreign gate", LockWait::sleep, LockNest::never},
+    {"timer send", LockWait::spin, LockNest::never},
     {"context node", LockWait::spin, LockNest::tree},
     {"channel", LockWait::spin, LockNest::address},
     {"wait list", LockWait::spin, LockNest::never},

@@ -123,7 +123,11 @@ void TimerRec::fire(std::int64_t now) noexcept {
       return;
     case TimerKind::chan:
       try {
-        ch.try_send(Clock::time_point(std::chrono::nanoseconds(now)));
+        // The moment of the send, read in send order (timer.hpp): never before `now`, the
+        // moment the firing was decided at, nor before a value already sent.
+        base::Guard g(send_mu);
+        std::int64_t at = static_cast<std::int64_t>(os::monotonic_ns());
+        ch.try_send(Clock::time_point(std::chrono::nanoseconds(at > now ? at : now)));
       } catch (const closed_channel&) {
         // The user closed the timer's channel: nothing to deliver.
       }

@@ -12,6 +12,12 @@
 // So stop() — mu, then the heap's lock inside Timers::remove — returns true exactly when it
 // removed the record before a firer took it. A periodic record (Ticker) stays armed: the
 // firer moves it to its next deadline under the heap's lock and fires a copy of the moment.
+// Sends of a chan record are in order: the firer reads the clock and sends under send_mu,
+// so the values a reader receives increase and the n-th of a Ticker's is at least n
+// periods after it was armed. Firings are taken under the heap's lock but sent after it
+// (fire runs unlocked), so without send_mu a firer delayed between the two (preempted:
+// 4 Ps on 2 cores did it within seconds) could send tick k after another had sent tick
+// k+1, a value up to a period "early" for its place (rt.timer AfterStress caught it).
 // Lifetime: `refs` counts the handle (Timer), the heap (one while armed) and a firer in
 // flight; the last release deletes. corun::sleep uses its own node on the task's stack
 // (sleep.cpp), not a record.
@@ -39,10 +45,11 @@ enum class TimerKind : std::uint8_t {
 
 struct TimerRec final : sched::TimerNode {
   TimerKind kind = TimerKind::func;
-  std::atomic<std::uint32_t> refs{1};        // acq_rel decrement, see lifetime above
-  base::Lock<base::LockRank::timer_rec> mu;  // arm/stop/reset of this record
-  std::function<void()> fn;                  // func: immutable after creation
-  Chan<Clock::time_point> ch{nullptr};       // chan: immutable after creation
+  std::atomic<std::uint32_t> refs{1};              // acq_rel decrement, see lifetime above
+  base::Lock<base::LockRank::timer_rec> mu;        // arm/stop/reset of this record
+  std::function<void()> fn;                        // func: immutable after creation
+  Chan<Clock::time_point> ch{nullptr};             // chan: immutable after creation
+  base::Lock<base::LockRank::timer_send> send_mu;  // chan: a firer's clock read and send
 
   void fire(std::int64_t now) noexcept override;  // timer.cpp
   void hold() noexcept override {                 // a periodic firing's own reference

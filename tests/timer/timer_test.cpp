@@ -1069,6 +1069,12 @@ TEST_SUITE("rt.timer") {
   TEST_CASE("AfterStress: tasks sleep tiny durations while tickers are armed and stopped") {
     std::atomic<long> sleeps{0};
     std::atomic<int> early{0};
+    std::atomic<long> sleep_short_ns{0}, tick_short_ns{0};  // how early, for the report
+    auto note = [](std::atomic<long>& worst, long ns) {
+      long w = worst.load();
+      while (ns > w && !worst.compare_exchange_weak(w, ns)) {
+      }
+    };
     int ticks = 0;
     trun("AfterStress", [&] {
       std::atomic<bool> stop{false};
@@ -1081,7 +1087,11 @@ TEST_SUITE("rt.timer") {
             Duration d(r() % 50000);  // 0-50 us
             auto t0 = Clock::now();
             corun::sleep(d);
-            if (Clock::now() - t0 < d) early++;
+            Duration took = Clock::now() - t0;
+            if (took < d) {
+              early++;
+              note(sleep_short_ns, (d - took).count());
+            }
             sleeps++;
           }
           wg.done();
@@ -1094,13 +1104,18 @@ TEST_SUITE("rt.timer") {
         corun::Ticker tk(p);
         for (int i = 1; i <= 100 / t::kScale; i++) {
           auto v = tk.channel().recv();
-          if (*v < t0 + i * p) early++;
+          if (*v < t0 + i * p) {
+            early++;
+            note(tick_short_ns, (t0 + i * p - *v).count());
+          }
           ticks++;
         }
       }
       stop = true;
       wg.wait();
     });
+    INFO("worst early sleep by ", sleep_short_ns.load(), " ns, tick by ", tick_short_ns.load(),
+         " ns");
     CHECK(early.load() == 0);
     CHECK(sleeps.load() > 0);
     CHECK(ticks == 9 * (100 / t::kScale));
