@@ -74,7 +74,8 @@ bool run_stopping(const Runtime* rt) noexcept;             // shutdown has begun
 
 // True in a task (on a P, or inside blocking()); false on other threads.
 bool in_task() noexcept;
-// The NUMA node of the caller's P (for placing per-P memory); -1 without a P or a node.
+// The OS NUMA node the caller's P places its memory on (node_alloc's argument); -1 without
+// a P or placement (one node, CORUN_NUMA=off, a synthetic or XML topology).
 int caller_node() noexcept;
 
 }  // namespace corun::sched

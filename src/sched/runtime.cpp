@@ -184,22 +184,33 @@ Runtime* boot(const Config& cfg, const Settings& s) {
   arch::calibrate();
   rt->backoff = make_backoff(s.runnext_backoff);
 
+  // One stack allocator per NUMA node the Ps run on, indexed by the plan's logical node
+  // number; memory is placed by the node's OS number (what mbind and libnuma take: the two
+  // differ where node numbers are sparse). A synthetic or XML topology (not pinnable) has
+  // nodes that are fiction on this machine: the per-node structure is kept, placement not.
   int nodes = (s.numa && rt->plan.numa_nodes > 1) ? rt->plan.numa_nodes : 1;
+  std::vector<int> os_node(static_cast<std::size_t>(nodes), -1);
+  if (nodes > 1 && rt->plan.pinnable)
+    for (const os::ProcPlace& place : rt->plan.procs)
+      if (place.numa_node >= 0 && place.numa_node < nodes)
+        os_node[static_cast<std::size_t>(place.numa_node)] = place.numa_os_node;
   for (int i = 0; i < nodes; i++) {
     os::StackOptions o;
     o.stack_bytes = rt->stack_bytes;
-    o.numa_node = nodes > 1 ? i : -1;
+    o.numa_node = os_node[static_cast<std::size_t>(i)];
     rt->stacks.push_back(std::make_unique<os::StackAllocator>(o));
   }
   for (int i = 0; i < rt->nprocs; i++) {
     const os::ProcPlace& place = rt->plan.procs[static_cast<std::size_t>(i)];
-    int node = nodes > 1 && place.numa_node >= 0 ? place.numa_node : -1;
-    void* mem = os::node_alloc(sizeof(P), alignof(P), node);
+    int node = nodes > 1 && place.numa_node >= 0 ? place.numa_node : -1;  // logical
+    int mem_node = node >= 0 ? os_node[static_cast<std::size_t>(node)] : -1;
+    void* mem = os::node_alloc(sizeof(P), alignof(P), mem_node);
     P* p = ::new (mem) P();
     p->id = i;
     p->run_id = rt->run_id;
     p->os_cpu = place.os_cpu;
     p->numa_node = place.numa_node;
+    p->mem_node = mem_node;
     p->victims = rt->plan.victim_groups(i);
     p->stacks = rt->stacks[node >= 0 ? static_cast<std::size_t>(node) : 0].get();
     p->rng = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(i + 1);
@@ -432,7 +443,7 @@ bool in_task() noexcept {
 }
 int caller_node() noexcept {
   M* m = current_m();
-  return (m && m->p) ? m->p->numa_node : -1;
+  return (m && m->p) ? m->p->mem_node : -1;
 }
 }  // namespace sched
 

@@ -74,7 +74,8 @@ struct alignas(64) P {
   int id = 0;
   std::uint64_t run_id = 0;  // Runtime::run_id; beside id: the pool's fast path reads both
   int os_cpu = -1;           // CPU to pin to, -1 for none
-  int numa_node = -1;        // for placement
+  int numa_node = -1;        // the plan's logical node (steal order, stack allocator index)
+  int mem_node = -1;         // OS node this P's memory goes on (node_alloc), -1: none
   // Other P ids, nearest first, as distance groups pointing into Runtime::plan (which
   // outlives the Ps): walk each from its start, wrapping, skipping this P (os/topology.hpp).
   std::vector<os::VictimGroup> victims;

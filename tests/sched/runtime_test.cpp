@@ -364,7 +364,43 @@ TEST_SUITE("rt.sched") {
 
 // ---- capacity ------------------------------------------------------------------------
 
+// A run on a synthetic topology with two NUMA nodes, one PU in each (this machine has
+// one node): the plan's node 1 does not exist here, so memory must not be placed by it.
+CORUN_TEST_CHILD(numa_fiction) {
+  std::atomic<int> ran{0};
+  corun::test::run(
+      [&] {
+        corun::Pool<int> pool([] { return std::make_unique<int>(7); });
+        corun::WaitGroup wg;
+        for (int i = 0; i < 64; i++) {
+          wg.add(1);
+          corun::go([&] {
+            auto v = pool.get();
+            pool.put(std::move(v));
+            ran++;
+            wg.done();
+          });
+        }
+        wg.wait();
+      },
+      4);
+  std::printf("ran: %d\n", ran.load());
+  return 0;
+}
+
 TEST_SUITE("unit.sched.capacity") {
+  TEST_CASE("a synthetic two-node topology boots on a one-node machine (no placement)") {
+    // Before: the plan's logical node 1 went to mbind/node_alloc, which rejected it, and
+    // run() threw "StackOptions.numa_node = 1 is not an online NUMA node".
+    const auto r = t::child_run(
+        "numa_fiction", {"HWLOC_SYNTHETIC=pack:2 numa:1 core:1 pu:1", "CORUN_DEBUG=stealorder=1"});
+    INFO(r.output);
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 0);
+    CHECK(r.output.find("2 NUMA node(s)") != std::string::npos);
+    CHECK(r.output.find("ran: 64\n") != std::string::npos);
+  }
+
   TEST_CASE("one million tasks parked at once (2 Ps)") {
     // A capacity test (stack slabs under vm.max_map_count, memory per task: ~4 GB RSS), not
     // a scheduling one, so it is a unit case that boots the one P count it needs instead of
