@@ -7,7 +7,8 @@
 // cancelled from other tasks while their deadlines run, pool get/put — while 0-2 foreign
 // threads spawn tasks, arm timers and use the pool too. One seed in four ends run() in the
 // middle: the main task returns while the workers are still busy (they are abandoned, as
-// API.md says, never resumed).
+// API.md says, never resumed). In that child a racer thread also calls go(), after_func()
+// and a long-lived Pool without pause across all its runs, racing each run's start and end.
 // What is checked, per seed:
 //  - every message is received at most once, and only if it was offered; when the run
 //    ends cleanly, exactly the messages whose send returned (or whose select case ran, or
@@ -25,8 +26,8 @@
 // Invariants: seeds run in a child process (tests/support.hpp death tests), so a crash
 // or hang is reported with the seed printed before it; the interrupted seeds run in a
 // child of their own with LeakSanitizer off, since abandoned tasks leak their closures by
-// contract, while clean seeds keep it on. Foreign threads are joined before the main task
-// returns (a foreign call racing run()'s end is issue 14 item 1's, tested there). Sizes stay
+// contract, while clean seeds keep it on. A seed's own foreign threads are joined before
+// its main task returns; the racer (Racer) is the one that races run()'s end. Sizes stay
 // under TSan's live-fiber budget (corun::test::kMaxLive).
 // Rejected: asserting on timing beyond "never early" (a shared machine); random
 // durations above a millisecond (a seed must stay short so many run).
@@ -47,6 +48,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -431,14 +433,77 @@ double chaos_seconds() {
   return v > 0 ? v : 4.0;
 }
 
+// A foreign thread that lives across the child's runs and calls into corun without
+// pause, so its calls race every run's start and end (issue 14 item 1's contract): go()
+// and after_func() either take (a run is on) or throw std::logic_error (none is), nothing
+// else; a Pool that outlives the runs keeps handing out each object to one owner at a time.
+// What it spawns touches only this struct, which outlives every run; tasks and timers a
+// run's end abandons leak their closures by contract, so it runs only in the child with
+// LeakSanitizer off.
+struct Racer {
+  Failures fail;
+  std::atomic<bool> stop{false};
+  std::atomic<long> taken{0}, refused{0}, ran{0}, pooled{0};
+  corun::Pool<Pooled> pool{[] { return std::make_unique<Pooled>(); }};
+  std::thread th;
+
+  void call(Rng& r) {
+    try {
+      if (pick(r, 0, 1) == 0)
+        corun::go([this] { ran.fetch_add(1, std::memory_order_relaxed); });
+      else
+        corun::after_func(std::chrono::microseconds(pick(r, 0, 100)),
+                          [this] { ran.fetch_add(1, std::memory_order_relaxed); });
+      taken.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::logic_error&) {
+      refused.fetch_add(1, std::memory_order_relaxed);  // no run on: as outside run()
+    } catch (const std::exception& e) {
+      fail.add(std::string("racer: a call threw something else: ") + e.what());
+    }
+  }
+  void use_pool() {
+    std::unique_ptr<Pooled> p = pool.get();
+    if (!p) return fail.add("racer: pool with make() returned nullptr");
+    if (p->owners.fetch_add(1, std::memory_order_acq_rel) != 0)
+      fail.add("racer: a pooled object was handed to two owners");
+    p->owners.fetch_sub(1, std::memory_order_acq_rel);
+    pool.put(std::move(p));
+    pooled.fetch_add(1, std::memory_order_relaxed);
+  }
+  void start(std::uint64_t seed) {
+    th = std::thread([this, seed] {
+      Rng r(seed);
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < 8; i++) {
+          if (pick(r, 0, 2) == 0)
+            use_pool();
+          else
+            call(r);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(pick(r, 0, 50)));
+      }
+    });
+  }
+  void finish() {
+    stop.store(true, std::memory_order_relaxed);
+    th.join();
+  }
+};
+
 // The child's body: seeds for chaos_seconds(), or the one in CORUNTEST_CHAOS_SEED.
 // interrupted_every: every how many seeds one ends run() in the middle (0: never).
-int chaos_child(int interrupted_every) {
+// racer: a foreign thread calls in across all the runs (Racer).
+int chaos_child(int interrupted_every, bool racer) {
   const char* one = std::getenv("CORUNTEST_CHAOS_SEED");
   std::random_device rd;
   std::uint64_t base = one ? std::strtoull(one, nullptr, 10) : (std::uint64_t{rd()} << 20);
   run_seed(base, false);  // warm-up: the first run's one-time allocations
   const int fds0 = count_dir("/proc/self/fd"), threads0 = count_dir("/proc/self/task");
+  std::unique_ptr<Racer> rc;
+  if (racer) {
+    rc = std::make_unique<Racer>();
+    rc->start(base ^ 0x5eed);
+  }
   const auto end = Clock::now() + std::chrono::duration<double>(chaos_seconds());
   int n = 0;
   for (std::uint64_t seed = base;; seed++) {
@@ -448,13 +513,26 @@ int chaos_child(int interrupted_every) {
                  interrupted ? " (run ends mid-way)" : "");
     std::string f = run_seed(seed, interrupted);
     n++;
+    if (rc && f.empty() && rc->fail.count()) f = rc->fail.text();
     if (!f.empty()) {
+      if (rc) rc->finish();
       std::fprintf(stderr, "chaos: seed %llu FAILED (replay: CORUNTEST_CHAOS_SEED=%llu):\n%s",
                    static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed),
                    f.c_str());
       return 1;
     }
     if (one || Clock::now() >= end) break;
+  }
+  if (rc) {
+    rc->finish();
+    if (rc->fail.count()) {
+      std::fprintf(stderr, "chaos: racer FAILED:\n%s", rc->fail.text().c_str());
+      return 1;
+    }
+    std::fprintf(stderr,
+                 "chaos: racer: %ld calls taken, %ld refused (no run on), %ld ran, %ld pool "
+                 "uses\n",
+                 rc->taken.load(), rc->refused.load(), rc->ran.load(), rc->pooled.load());
   }
   // Nothing outlives its run: descriptors at once, threads once exited (joined Ms may
   // take a moment to leave /proc).
@@ -476,11 +554,11 @@ int chaos_child(int interrupted_every) {
 }  // namespace
 
 CORUN_TEST_CHILD(chaos_clean) {
-  return chaos_child(0);
+  return chaos_child(0, false);
 }
 
 CORUN_TEST_CHILD(chaos_interrupted) {
-  return chaos_child(2);
+  return chaos_child(2, true);
 }
 
 TEST_SUITE("rt.chaos") {
@@ -491,7 +569,7 @@ TEST_SUITE("rt.chaos") {
         "child status " << r.status << ":\n"
                         << r.output.substr(r.output.size() > 6000 ? r.output.size() - 6000 : 0));
   }
-  TEST_CASE("chaos: random mixes, every other run() ending in the middle (child)") {
+  TEST_CASE("chaos: every other run() ending in the middle, a foreign thread racing (child)") {
     // Abandoned tasks leak their closures by contract: LeakSanitizer is off in this child.
     t::ChildResult r = t::child_run("chaos_interrupted", {"LSAN_OPTIONS=detect_leaks=0"});
     CHECK_MESSAGE(
