@@ -1,5 +1,6 @@
 // os/stack.hpp — task stacks: carved from large slabs, guard pages while the map budget
-// allows, a canary at the bottom of every stack, and the guard-page fault reporter.
+// allows (and always under each slab), a random canary at the bottom of every unguarded
+// stack, and the overflow fault reporter.
 //
 // What it is: StackAllocator hands out fixed-size stacks [lo, hi). It maps memory in slabs
 // (one mmap of ~16 MiB each, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE|MAP_STACK,
@@ -8,16 +9,42 @@
 //     slab: | guard | stack 0 | guard | stack 1 | ... | guard | stack n-1 |
 //                   ^lo       ^hi
 //
-// The guard page of a slot is made PROT_NONE (mprotect) only while the guard budget allows;
+// The guard page of a slot is made PROT_NONE (mprotect) while the guard budget allows;
 // otherwise it stays an unused, never-touched RW page (costs address space, no memory).
+// Slot 0's guard, the slab's bottom page, is PROT_NONE always (budget or not): the "slab
+// guard". A runaway recursion on an unguarded stack writes down through its neighbours but
+// cannot leave the slab: it faults there, inside the slabs, where the reporter names it.
 //
 // Why: one million parked tasks must fit under the default vm.max_map_count (65530). One
 // mmap per stack is one map entry each; every PROT_NONE guard inside a slab splits it into
-// up to 2 more entries. So guards are budgeted and, beyond the budget, stacks are protected
-// by a canary only: 16 zero bytes at [lo, lo+16), which the scheduler checks with
-// canary_intact() (see sched/task.cpp for when). A guard catches an overflow at the
-// faulting instruction; a canary catches it late and only if the overflow hit those 16
-// bytes, which is why guards are used while they are affordable.
+// up to 2 more entries. So guards are budgeted (half of vm.max_map_count, 2 entries each:
+// about 16'300 guarded stacks at 65530, 65'500 at 262144) and, beyond the budget, stacks are
+// protected by a canary: kCanaryBytes at [lo, lo + kCanaryBytes) filled with a per-process
+// random 64-bit pattern with no zero byte (canary_pattern()), which the scheduler checks
+// with canary_intact() whenever such a task leaves its CPU (park, yield, exit: see
+// sched/task.cpp). A guard catches an overflow at the faulting instruction; a canary later.
+//
+// What is and is not guaranteed (sanitizer builds aside, where ASan/TSan own SIGSEGV):
+//  - Guarded stack: an overflow that touches its guard page faults and is reported with the
+//    task's id at once ("guard page hit"). A single frame larger than a page can jump over
+//    the guard (GCC's -fstack-clash-protection in the user's code prevents that by probing);
+//    its writes then land in the neighbour below, and are reported only when one faults.
+//  - Unguarded stack, the overflow runs into a PROT_NONE page further down (a guarded
+//    neighbour's guard or the slab guard): the fault lies in the slabs below the running
+//    stack and is reported with the task's id at once. A deep recursion always ends so (the
+//    slab guard is at most one slab below), unless one frame jumps over the slab guard too:
+//    then the fault is outside the slabs but the stack pointer is below the stack, within a
+//    stack's size under a slab, and that is reported too. Neighbours written over meanwhile
+//    are lost, but the process dies at that fault, before anything resumes them on this
+//    thread (another thread could touch one in the microseconds before abort()).
+//  - Unguarded stack, the overflow writes over the canary (any contiguous write, a zero fill
+//    included: the pattern is random and never zero) and returns without a fault: reported
+//    with the task's id when the task next parks, yields or exits. Until then a neighbour it
+//    reached (more than a page below lo) may run on another P with a damaged top: not
+//    guaranteed harmless.
+//  - Not detected: an overflow that skips the canary's 64 bytes (frames with unwritten holes
+//    just there) and returns before parking, and a wild pointer write into a neighbour's
+//    top. Up to one page below lo (the unguarded slot's RW guard page) nobody is harmed.
 //
 // Invariants:
 //  - Every slot is page-aligned; stack_bytes() is a multiple of the page size; hi-lo ==
@@ -32,9 +59,9 @@
 //    oldest first, sorted by address, one madvise per run of neighbouring slots. A mass
 //    exit of a million tasks then costs a few thousand madvise calls in the background,
 //    not one TLB shootdown (an IPI to every CPU of the process) per task.
-//  - The canary is zeros: fresh and madvised memory already reads as zeros, so allocate()
-//    writes nothing there and an untouched bottom page stays unbacked (a read maps the
-//    kernel's shared zero page). canary_intact() is true for every stack handed out.
+//  - allocate() (re)writes the canary of every unguarded stack it hands out, so
+//    canary_intact() is true for every stack handed out. A guarded stack has no canary
+//    (write_canary does nothing, canary_intact is true): its page stays untouched.
 //  - A guard, once set, stays until the slab is unmapped (the destructor): guarded() only
 //    grows, and Stack::guarded is fixed for the life of the slot.
 //  - Guard budget accounting counts 2 map entries per guard (a PROT_NONE page in the middle
@@ -42,13 +69,32 @@
 //    process-wide budget, computed once when the first auto-mode allocator is built, among
 //    all auto-mode allocators (per-node allocators must not each claim half the limit);
 //    an allocator returns its share when destroyed. An explicit budget is per allocator.
+//    A slab guard takes budget while there is some and is set anyway when there is none
+//    (<= 2 entries per slab, ~1 per 240 stacks of 64 KiB: 1M stacks add ~8'300 entries).
 //  - If mprotect fails anyway (ENOMEM: the map count hit the limit because something else
 //    mapped a lot), that stack is unguarded and the allocator stops guarding.
+//  - Every mapped slab is in a process-wide fixed table (lock-free, one packed atomic word
+//    per slab) that the fault handler reads; a slab beyond its 16384 entries (256 GiB of
+//    16 MiB slabs) is simply not in it: its faults fall back to the guard-page rule.
+//  - An auto-mode allocator that carves the process's first unguarded stack prints one
+//    warning on stderr (the guarded count, vm.max_map_count, the remedy); once per process.
 //
-// Rejected:
+// Rejected (measured figures: the commit that brought the random canary, and README):
 //  - One mmap (+ guard) per stack (marl, Boost.Context's protected_fixedsize): 1-2 map
 //    entries per stack, so it fails near 32k (guarded) or 65k stacks under the default.
-//  - Raising vm.max_map_count: needs root, and a library must work on a default box.
+//  - Raising vm.max_map_count: needs root, and a library must work on a default box (the
+//    README tells operators what raising it buys; the warning says it too).
+//  - A guard every N stacks beyond the budget (a "row" guard): the slab guard already bounds
+//    where a recursion can go and makes it fault inside the slabs; extra guards cost 2 map
+//    entries each and catch only the stacks right above them.
+//  - Relying on -fstack-clash-protection: it probes pages inside large frames, which helps
+//    only where a guard exists to be hit; on an unguarded stack the probes hit RW memory.
+//    corun cannot impose it on users' code either.
+//  - A zero canary (the previous design; free: untouched pages read as zeros): a zero fill
+//    (`std::array<char, N> buf{}`, memset 0) overwrote it with the same bytes, undetected.
+//    The random one costs one resident page per live unguarded stack (written at allocate).
+//  - The canary in the neighbour's resident top page (no extra memory): trim()'s madvise of
+//    a cold neighbour would wipe it, and the task record would have to move.
 //  - Segmented / growable stacks (Go): needs compiler support for C++ frames.
 //  - Freeing released stacks back to the OS (munmap): carved slots are reused; memory of
 //    stacks beyond keep_hot is returned with MADV_DONTNEED instead, which keeps the
@@ -57,12 +103,6 @@
 //    the TLB of every CPU running the process (IPIs on a many-core box).
 //  - Transparent huge pages on slabs: touching one stack's top page would fault in a
 //    2 MiB page spanning ~30 stacks; slabs are MADV_NOHUGEPAGE.
-//
-// Cost to know: reading the canary faults in the lowest page of the stack. Most kernels
-// map the shared zero page for that (no memory); some allocate a page, so the scheduler
-// reads it only at exit or when the task is deep in its stack.
-// Weakness of a zero canary: an overflow that writes zeros over those 16 bytes goes
-// unnoticed (the scheduler also checks the saved stack pointer at every switch).
 //
 // Thread safety: StackAllocator is thread-safe: one lock (mu_, rank stacks) guards all of its
 // mutable state; the scheduler keeps a per-P cache in front, so this is the slow path.
@@ -134,8 +174,9 @@ class StackAllocator {
   StackAllocator& operator=(const StackAllocator&) = delete;
 
   // Hot list (LIFO), then cold list (LIFO), then carve from the current slab, then map a
-  // new slab. The returned stack's canary is intact (zeros). Throws StackAllocError (a
-  // std::bad_alloc) or std::system_error if a slab cannot be mapped.
+  // new slab. An unguarded stack gets its canary written (so its bottom page is resident).
+  // Throws StackAllocError (a std::bad_alloc) or std::system_error if a slab cannot be
+  // mapped. May print the one-per-process unguarded-stack warning (auto budget only).
   Stack allocate();
   // Gives a stack back (must come from this allocator's allocate() and not be in use).
   // Aborts with a message if s is not stack_bytes() long (cheap sanity check). Returns
@@ -145,9 +186,9 @@ class StackAllocator {
   std::size_t stack_bytes() const { return stack_bytes_; }  // rounded usable size
   std::size_t slabs() const;                                // slabs mapped
   std::size_t stacks_carved() const;                        // slots ever handed out
-  std::size_t guarded() const;                              // carved slots with a guard
-  std::size_t cold() const;  // released stacks whose memory was returned (cold list)
-  std::size_t hot() const;   // released stacks still resident (hot list)
+  std::size_t guarded() const;  // carved slots with a guard (budgeted or slab guard)
+  std::size_t cold() const;     // released stacks whose memory was returned (cold list)
+  std::size_t hot() const;      // released stacks still resident (hot list)
 
   // Returns to the OS the memory of hot stacks that stayed surplus since the previous
   // trim (see the file comment); returns how many went cold. Call periodically from a
@@ -163,6 +204,7 @@ class StackAllocator {
   Stack carve_locked() CORUN_REQUIRES(mu_);
   void map_slab_locked() CORUN_REQUIRES(mu_);    // throws
   bool take_guard_locked() CORUN_REQUIRES(mu_);  // reserve 2 map entries of guard budget
+  bool guard_slot_locked(std::byte* slot, bool slab_guard) CORUN_REQUIRES(mu_);
   std::string describe_locked(std::size_t want) const CORUN_REQUIRES(mu_);  // for errors
   void make_cold(Stack* batch, std::size_t n) noexcept;                     // takes mu_ at the end
 
@@ -184,14 +226,30 @@ class StackAllocator {
   std::byte* carve_end_ CORUN_GUARDED_BY(mu_) = nullptr;
   std::size_t carved_ CORUN_GUARDED_BY(mu_) = 0;
   std::size_t guarded_ CORUN_GUARDED_BY(mu_) = 0;
-  long own_budget_left_ CORUN_GUARDED_BY(mu_) = 0;     // explicit mode only (map entries)
-  bool guards_stopped_ CORUN_GUARDED_BY(mu_) = false;  // mprotect failed: no more guards
+  std::size_t budget_guards_ CORUN_GUARDED_BY(mu_) = 0;  // of guarded_, paid from the budget
+  long own_budget_left_ CORUN_GUARDED_BY(mu_) = 0;       // explicit mode only (map entries)
+  bool guards_stopped_ CORUN_GUARDED_BY(mu_) = false;    // mprotect failed: no more guards
 };
 
-// The canary: 16 bytes at [lo, lo+16), a pattern derived from lo (a copied stack bottom
-// does not pass). Both functions are cheap (two 8-byte stores / loads) and touch only s.
+// The canary of an unguarded stack: kCanaryBytes at [lo, lo + kCanaryBytes) (one cache
+// line), each 8-byte word canary_pattern(). Both functions are cheap (8 stores / loads) and
+// touch only s; for a guarded stack they touch nothing (write does nothing, intact is true).
+inline constexpr std::size_t kCanaryBytes = 64;
 void write_canary(const Stack& s) noexcept;
 bool canary_intact(const Stack& s) noexcept;
+// This process's pattern: random (getrandom, mixed with the clock and the pid), fixed from
+// its first use on, no zero byte (so no zero fill or small integer equals it).
+std::uint64_t canary_pattern() noexcept;
+
+// Tests only: replace what is left of the process-wide auto guard budget with map_entries
+// (>= 0; 2 per guard), so that a test reaches unguarded stacks without 16'000 live tasks.
+// Call before the allocators that should see it carve; guards already set stay. Throws
+// std::invalid_argument for a negative count.
+void set_auto_guard_budget_for_testing(long map_entries);
+
+// True if p lies in a mapped slab of any allocator of this process, or at most `below`
+// bytes under one. Async-signal-safe (reads the fixed slab table only).
+bool in_stack_slabs(const void* p, std::size_t below = 0) noexcept;
 
 // Async-signal-safe: write(2)s
 //   "corun: task <id> overflowed its stack (<N> KiB; raise CORUN_STACK_KB) — <how>\n"
@@ -214,12 +272,19 @@ extern thread_local constinit RunningStack tls_running_stack
     __attribute__((tls_model("initial-exec")));
 
 // Process-wide, idempotent, thread-safe. Installs a SIGSEGV/SIGBUS handler
-// (SA_ONSTACK|SA_SIGINFO). On a fault with si_addr in [lo - page, lo) of this thread's
-// tls_running_stack: report_stack_overflow(task_id, bytes, "guard page hit"). Otherwise it
-// restores the handler that was there before (or SIG_DFL) and returns, so the fault
-// re-executes and is handled as if corun had never been there (a kill()-sent signal is
-// re-raised). Throws std::system_error if sigaction fails. A no-op under ASan/TSan, which
-// own SEGV handling (canaries still work).
+// (SA_ONSTACK|SA_SIGINFO). With a task running on this thread (tls_running_stack, [lo, hi))
+// a fault is that task's stack overflow, reported with report_stack_overflow(task_id,
+// bytes, how), when
+//   - si_addr is in [lo - page, lo): how = "guard page hit";
+//   - si_addr is below lo and inside a stack slab (in_stack_slabs): a guard further down,
+//     reached through unguarded memory: how = "fault in a guard page below the stack";
+//   - the interrupted stack pointer (x86-64, arm64) is below lo and inside a slab or at
+//     most a stack's size + a page under one (a frame jumped past the slab guard):
+//     how = "stack pointer below the stack at a fault".
+// Otherwise it restores the handler that was there before (or SIG_DFL) and returns, so the
+// fault re-executes and is handled as if corun had never been there (a kill()-sent signal
+// is re-raised). Throws std::system_error if sigaction fails. A no-op under ASan/TSan,
+// which own SEGV handling (canaries still work).
 void install_overflow_handler();
 // Per thread: give this thread a 64 KiB signal stack (plus a guard page), so the handler
 // can run when the task stack is exhausted. Idempotent. Throws std::system_error on failure.

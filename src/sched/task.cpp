@@ -2,7 +2,8 @@
 //
 // Layout of a task's stack (high addresses first):
 //   [Task record, 64-aligned][closure, its own alignment][Task* back-pointer][frames ...]
-//   ... down to stack.lo, where the canary sits (and below it, maybe, a guard page).
+//   ... down to stack.lo, where the canary sits (an unguarded stack's) or, below it, a
+//   guard page. check_left_stack() runs at every switch out (park, yield, exit).
 // The back-pointer lets spawn_commit/abort find the record from the closure address the
 // public go() template holds.
 //
@@ -147,20 +148,23 @@ void task_cache_drain(P* p) noexcept {
 
 namespace {
 
-// Stack checks for a task that just left its CPU, when it has no guard page under its
-// stack (the map budget ran out). The saved stack pointer is checked at every switch; the
-// canary at the stack's end when the task exits or is parked deep (lowest quarter).
-// Reading the canary at every switch would fault in the bottom page of every parked task
-// — a whole resident page per task on kernels that do not map the zero page for read
-// faults. Until the check, the unused page below an unguarded stack absorbs up to 4 KiB.
-void check_left_stack(M* m, Task* t, bool exiting) noexcept {
-  if (t->stack.guarded) return;
+// Stack checks for a task that just left its CPU (park, yield, exit), run before anything
+// else resumes on this M. The saved stack pointer, for every stack (no memory touched): a
+// task parked below its stack's end overflowed, guard page or not (a frame can jump over
+// a guard); an unguarded one also within 256 bytes of it (the old margin). The canary, for
+// a stack with no guard page under it (the map budget ran out), at every switch:
+// StackAllocator::allocate wrote it, so its cache line is resident and the check costs one
+// line read (8 loads), no page fault; an overflow that returned without faulting is caught
+// at the task's next switch, before this M runs anything else (see os/stack.hpp for what
+// is and is not guaranteed). Rejected: checking only at exit or when parked deep (the old
+// rule, for a zero canary whose page was left unbacked): a task that overflowed into a
+// neighbour and parked shallow went on, and the neighbour crashed or hung later.
+void check_left_stack(M* m, Task* t) noexcept {
   auto lo = reinterpret_cast<std::uint64_t>(t->stack.lo);
-  auto size = static_cast<std::uint64_t>(t->stack.hi - t->stack.lo);
   std::uint64_t sp = arch::context_sp(t->ctx);
-  if (sp < lo + 256)
+  if (sp < lo + (t->stack.guarded ? 0 : 256))
     os::report_stack_overflow(t->id, m->rt->stack_bytes, "stack pointer below the stack's end");
-  if ((exiting || sp < lo + size / 4) && !os::canary_intact(t->stack))
+  if (!t->stack.guarded && !os::canary_intact(t->stack))
     os::report_stack_overflow(t->id, m->rt->stack_bytes, "canary at the stack's end overwritten");
 }
 
@@ -224,7 +228,7 @@ Task* switch_to_task(M* m, Task* t) noexcept {
   back->eh.swap_with(m->eh_globals);
   os::tls_running_stack = {};
   m->curg = nullptr;
-  check_left_stack(m, back, m->action == Action::exit);
+  check_left_stack(m, back);
   return back;
 }
 
@@ -241,7 +245,7 @@ void finish_switch(M* m) noexcept {
   Task* prev = m->prev;
   if (!prev) return;  // resumed by g0, which did the work itself
   m->prev = nullptr;
-  check_left_stack(m, prev, m->action == Action::exit);
+  check_left_stack(m, prev);
   handle_action(m, prev);
 }
 
