@@ -155,7 +155,7 @@ std::size_t count_of(const std::string& hay, const std::string& needle) {
   return n;
 }
 
-long max_map_count() {
+[[maybe_unused]] long max_map_count() {
   std::ifstream f("/proc/sys/vm/max_map_count");
   long v = 65530;
   f >> v;
