@@ -154,9 +154,11 @@ namespace {
 // a guard); an unguarded one also within 256 bytes of it (the old margin). The canary, for
 // a stack with no guard page under it (the map budget ran out), at every switch:
 // StackAllocator::allocate wrote it, so its cache line is resident and the check costs one
-// line read (8 loads), no page fault; an overflow that returned without faulting is caught
-// at the task's next switch, before this M runs anything else (see os/stack.hpp for what
-// is and is not guaranteed). Rejected: checking only at exit or when parked deep (the old
+// line read (8 loads), no page fault (measured, best of 6 on a 2-vCPU VM, every stack
+// unguarded vs guarded: WaitGroupHandoff 121 vs 113 ns/op, Yield 108 vs 104 ns/op, i.e. a
+// few ns per switch); an overflow that returned without faulting is caught at the task's
+// next switch, before this M runs anything else (see os/stack.hpp for what is and is not
+// guaranteed). Rejected: checking only at exit or when parked deep (the old
 // rule, for a zero canary whose page was left unbacked): a task that overflowed into a
 // neighbour and parked shallow went on, and the neighbour crashed or hung later.
 void check_left_stack(M* m, Task* t) noexcept {
