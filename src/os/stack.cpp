@@ -312,20 +312,25 @@ Stack StackAllocator::allocate() {
       warn = !s.guarded && auto_budget_ && !g_warned.exchange(true, std::memory_order_relaxed);
     }
   }
-  // Fresh and cold stacks read as zeros there, a hot one has it intact already (the
-  // scheduler checked it when its task exited); writing it always keeps this simple.
+  // A hot stack's is intact (the scheduler checked it when its task exited), a fresh one's
+  // reads as zeros, and a cold one's may have been wiped with the slot below by trim() while
+  // this one was free: writing it always keeps this simple. It lies in the top page of the
+  // slot below, resident while that slot's task lives (a mass spawn carves in address
+  // order, so the slot below is usually live): no page fault then.
   write_canary(s);
   if (warn) warn_unguarded();
   return s;
 }
 
 bool StackAllocator::release(const Stack& s) noexcept {
-  if (s.lo == nullptr || s.hi < s.lo || static_cast<std::size_t>(s.hi - s.lo) != stack_bytes_) {
+  if (s.lo == nullptr || s.hi < s.lo ||
+      static_cast<std::size_t>(s.hi - s.lo) != stack_bytes_ - kCanaryBytes) {
     char msg[160];
     int n = std::snprintf(msg, sizeof msg,
                           "corun: StackAllocator::release: not a %zu-byte stack of this "
                           "allocator (lo=%p hi=%p)\n",
-                          stack_bytes_, static_cast<void*>(s.lo), static_cast<void*>(s.hi));
+                          stack_bytes_ - kCanaryBytes, static_cast<void*>(s.lo),
+                          static_cast<void*>(s.hi));
     if (n > 0)
       (void)!::write(2, msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1));
     std::abort();
@@ -363,18 +368,31 @@ std::size_t StackAllocator::trim() noexcept {
 void StackAllocator::make_cold(Stack* b, std::size_t n) noexcept {
   std::sort(b, b + n, [](const Stack& x, const Stack& y) { return x.lo < y.lo; });
   for (std::size_t i = 0; i < n;) {
-    // A run: slots whose stacks are separated only by an unguarded (RW, never touched)
-    // guard slot page. A PROT_NONE guard ends the run (keeps madvise off PROT_NONE pages).
-    std::byte* start = b[i].lo;
-    std::byte* end = b[i].hi;
+    // A run: slots whose stacks are separated only by an unguarded (RW, never touched) guard
+    // slot page. A PROT_NONE guard ends the run (keeps madvise off PROT_NONE pages).
     std::size_t j = i + 1;
-    while (j < n && b[j].lo == end + page_ && !b[j].guarded) end = b[j++].hi;
+    while (j < n && b[j].lo == b[j - 1].hi + kCanaryBytes + page_ && !b[j].guarded) ++j;
+    std::byte* start = b[i].lo;
+    std::byte* end = b[j - 1].hi + kCanaryBytes;  // the slot's end: page-aligned
+    if (keeps_top_page(b[j - 1])) end -= page_;
     // Failure only leaves the pages resident; the range and its guards stay either way.
-    ::madvise(start, static_cast<std::size_t>(end - start), MADV_DONTNEED);
+    if (end > start) ::madvise(start, static_cast<std::size_t>(end - start), MADV_DONTNEED);
     i = j;
   }
   base::Guard g(mu_);
   for (std::size_t i = 0; i < n; ++i) cold_.push_back(b[i]);  // capacity reserved: no alloc
+}
+
+bool StackAllocator::keeps_top_page(const Stack& s) noexcept {
+  // s's top kCanaryBytes hold the canary of the slot above it in the slab, which may be
+  // handed out now, or by an allocate() racing with the caller's madvise. Decided under mu_,
+  // where carving happens: a slot carved after this is not known guarded, so it is kept
+  // for. The page can go only when there is no slot above (slab top) or it is carved and
+  // guarded (a guard is fixed for the slot's life: it never has a canary).
+  const std::size_t above = std::size_t{s.slot} + 1;
+  if (above % stacks_per_slab_ == 0) return false;  // slots are carved slab after slab
+  base::Guard g(mu_);
+  return !(above < slot_guarded_.size() && slot_guarded_[above]);
 }
 
 bool StackAllocator::take_guard_locked() {
@@ -397,14 +415,25 @@ Stack StackAllocator::carve_locked() {
   std::size_t need = carved_ + 1;
   if (cold_.capacity() < need) cold_.reserve(std::max<std::size_t>(64, 2 * cold_.capacity()));
   if (hot_.capacity() < need) hot_.reserve(std::max<std::size_t>(64, 2 * hot_.capacity()));
+  if (carved_ >= UINT32_MAX)  // Stack::slot is 32 bits (that is 32 TiB of 4 KiB stacks)
+    throw StackAllocError("corun: 2^32 task stacks carved by one allocator: no more");
+  slot_guarded_.reserve(need);  // throws before anything changed
 
   if (carve_next_ == carve_end_) map_slab_locked();
   std::byte* slot = carve_next_;
   carve_next_ += slot_bytes_;
 
   const bool slab_guard = slot == slabs_.back().base;  // the slab's bottom page
-  Stack s{slot + page_, slot + slot_bytes_, false};
+  Stack s;
+  s.lo = slot + page_;
+  s.hi = slot + slot_bytes_ - kCanaryBytes;  // 64-aligned: slot_bytes_ is whole pages
+  s.slot = static_cast<std::uint32_t>(carved_);
   s.guarded = guard_slot_locked(slot, slab_guard);
+  // Unguarded: the canary goes in the top of the slot below (resident while it is in use),
+  // right under this slot's RW guard page. A slab's bottom slot whose slab guard could not
+  // be set has no slot below: its canary is its own bottom (one more page; rare).
+  if (!s.guarded) s.canary = slab_guard ? s.lo : slot - kCanaryBytes;
+  slot_guarded_.push_back(s.guarded);
   ++carved_;
   return s;
 }
@@ -516,18 +545,18 @@ std::uint64_t canary_pattern() noexcept {
 }
 
 void write_canary(const Stack& s) noexcept {
-  if (s.guarded) return;
+  if (s.canary == nullptr) return;
   const std::uint64_t c = canary_pattern();
   std::uint64_t w[kCanaryWords];
   for (auto& x : w) x = c;
-  std::memcpy(s.lo, w, sizeof w);
+  std::memcpy(s.canary, w, sizeof w);
 }
 
 bool canary_intact(const Stack& s) noexcept {
-  if (s.guarded) return true;
+  if (s.canary == nullptr) return true;
   const std::uint64_t c = canary_pattern();
   std::uint64_t have[kCanaryWords];
-  std::memcpy(have, s.lo, sizeof have);
+  std::memcpy(have, s.canary, sizeof have);
   std::uint64_t diff = 0;
   for (std::uint64_t x : have) diff |= x ^ c;
   return diff == 0;

@@ -1,9 +1,11 @@
 // sched/task.cpp — task records: carving, recycling, and switching in and out.
 //
 // Layout of a task's stack (high addresses first):
+//   [reserved: the slot above's canary, kCanaryBytes, from stack.hi up: never touched here]
 //   [Task record, 64-aligned][closure, its own alignment][Task* back-pointer][frames ...]
-//   ... down to stack.lo, where the canary sits (an unguarded stack's) or, below it, a
-//   guard page. check_left_stack() runs at every switch out (park, yield, exit).
+//   ... down to stack.lo; below it a guard page (PROT_NONE, or RW and unused), and below
+//   that the slot under it, whose top holds this stack's canary if it is unguarded.
+//   check_left_stack() runs at every switch out (park, yield, exit).
 // The back-pointer lets spawn_commit/abort find the record from the closure address the
 // public go() template holds.
 //
@@ -152,22 +154,24 @@ namespace {
 // else resumes on this M. The saved stack pointer, for every stack (no memory touched): a
 // task parked below its stack's end overflowed, guard page or not (a frame can jump over
 // a guard); an unguarded one also within 256 bytes of it (the old margin). The canary, for
-// a stack with no guard page under it (the map budget ran out), at every switch:
-// StackAllocator::allocate wrote it, so its cache line is resident and the check costs one
-// line read (8 loads), no page fault (measured, best of 6 on a 2-vCPU VM, every stack
-// unguarded vs guarded: WaitGroupHandoff 121 vs 113 ns/op, Yield 108 vs 104 ns/op, i.e. a
-// few ns per switch); an overflow that returned without faulting is caught at the task's
-// next switch, before this M runs anything else (see os/stack.hpp for what is and is not
-// guaranteed). Rejected: checking only at exit or when parked deep (the old
-// rule, for a zero canary whose page was left unbacked): a task that overflowed into a
-// neighbour and parked shallow went on, and the neighbour crashed or hung later.
+// a stack with no guard page under it (the map budget ran out), at every switch: it sits in
+// the top of the slot below, StackAllocator::allocate wrote it and trim() never returns
+// that page while it may hold a live canary, so the check costs one line read (8 loads), no
+// page fault (measured with the canary at the stack's own bottom, best of 6 on a 2-vCPU VM,
+// every stack unguarded vs guarded: WaitGroupHandoff 121 vs 113 ns/op, Yield 108 vs 104
+// ns/op, i.e. a few ns per switch); an overflow that reached the slot below and returned
+// without faulting is caught at the task's next switch, before this M runs anything else
+// (see os/stack.hpp for what is and is not guaranteed). Rejected: checking only at exit or when
+// parked deep (the old rule, for a zero canary whose page was left unbacked): a task that
+// overflowed into a neighbour and parked shallow went on, and the neighbour crashed or hung later.
 void check_left_stack(M* m, Task* t) noexcept {
   auto lo = reinterpret_cast<std::uint64_t>(t->stack.lo);
   std::uint64_t sp = arch::context_sp(t->ctx);
   if (sp < lo + (t->stack.guarded ? 0 : 256))
     os::report_stack_overflow(t->id, m->rt->stack_bytes, "stack pointer below the stack's end");
-  if (!t->stack.guarded && !os::canary_intact(t->stack))
-    os::report_stack_overflow(t->id, m->rt->stack_bytes, "canary at the stack's end overwritten");
+  if (t->stack.canary != nullptr && !os::canary_intact(t->stack))
+    os::report_stack_overflow(t->id, m->rt->stack_bytes,
+                              "canary below the stack overwritten (overflow into the stack below)");
 }
 
 // Every kTimerCheckEvery direct switches of a P with timers, one clock read: true if its

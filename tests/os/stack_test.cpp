@@ -158,7 +158,7 @@ void many_stacks(std::size_t n, long budget) {
     for (const Stack& s : v) unguarded += s.guarded ? 0 : 1;
     MESSAGE(n << " stacks: " << slabs << " slabs, " << a.guarded() << " guarded, " << lines
               << " map entries (limit " << limit << "), RSS " << rss_kib() << " KiB (" << unguarded
-              << " unguarded stacks with a resident canary page)");
+              << " unguarded stacks, their canaries in the top page of the stack below)");
     CHECK(lines < limit);
     // Slab guards beyond the budget: up to 2 entries per slab, besides the slab's own.
     const long per_slab = 3 * static_cast<long>(slabs);
@@ -229,7 +229,8 @@ TEST_SUITE("unit.os.stack") {
     Stack s3 = a.allocate();
     for (const Stack& s : {s1, s2, s3}) {
       CHECK(reinterpret_cast<std::uintptr_t>(s.lo) % page() == 0);
-      CHECK(static_cast<std::size_t>(s.hi - s.lo) == a.stack_bytes());
+      CHECK(static_cast<std::size_t>(s.hi - s.lo) == a.stack_bytes() - corun::os::kCanaryBytes);
+      CHECK(reinterpret_cast<std::uintptr_t>(s.hi + corun::os::kCanaryBytes) % page() == 0);
       CHECK(corun::os::canary_intact(s));
       s.hi[-1] = std::byte{7};  // usable at the top
     }
@@ -279,7 +280,7 @@ TEST_SUITE("unit.os.stack") {
     std::size_t had_guards = 0;
     {
       StackAllocator a(StackOptions{});
-      // Each guarded stack costs a page fault (canary); give up past 40'000 (a machine with
+      // Each guarded stack costs an mprotect; give up past 40'000 (a machine with
       // a raised vm.max_map_count has a budget too large to exhaust quickly).
       bool exhausted = false;
       while (allocated < 40'000) {
@@ -404,26 +405,30 @@ TEST_SUITE("unit.os.stack") {
     Stack g = a.allocate();  // the slab guard's stack: no canary, never touched
     REQUIRE(g.guarded);
     CHECK(corun::os::canary_intact(g));
+    CHECK(g.canary == nullptr);
     Stack s = a.allocate();
     REQUIRE(!s.guarded);
+    // In the top of the slot below (g's), right under s's RW guard page, above g's hi.
+    REQUIRE(s.canary == s.lo - page() - corun::os::kCanaryBytes);
+    CHECK(s.canary == g.hi);
     std::uint64_t word;
-    std::memcpy(&word, s.lo, sizeof word);
+    std::memcpy(&word, s.canary, sizeof word);
     CHECK(word == c);  // written by allocate()
     CHECK(corun::os::canary_intact(s));
-    s.lo[0] ^= std::byte{1};
+    s.canary[0] ^= std::byte{1};
     CHECK(!corun::os::canary_intact(s));
     corun::os::write_canary(s);
     CHECK(corun::os::canary_intact(s));
-    s.lo[corun::os::kCanaryBytes - 1] = ~s.lo[corun::os::kCanaryBytes - 1];
+    s.canary[corun::os::kCanaryBytes - 1] = ~s.canary[corun::os::kCanaryBytes - 1];
     CHECK(!corun::os::canary_intact(s));
     corun::os::write_canary(s);
-    s.lo[corun::os::kCanaryBytes] = std::byte{0x55};  // above the canary: not covered
+    s.canary[-1] = std::byte{0x55};  // g's own top bytes, below the canary: not covered
     CHECK(corun::os::canary_intact(s));
     // A zero fill over the canary (std::array<char, N> buf{}, memset 0) is seen.
-    std::memset(s.lo, 0, corun::os::kCanaryBytes);
+    std::memset(s.canary, 0, corun::os::kCanaryBytes);
     CHECK(!corun::os::canary_intact(s));
     corun::os::write_canary(s);
-    std::memset(s.lo + 24, 0, 8);
+    std::memset(s.canary + 24, 0, 8);
     CHECK(!corun::os::canary_intact(s));
     // A hot stack comes back with its canary (re)written.
     a.release(s);
@@ -432,9 +437,103 @@ TEST_SUITE("unit.os.stack") {
     CHECK(corun::os::canary_intact(again));
   }
 
+  TEST_CASE("an unguarded stack's overflow shows once it passes its guard page, not before") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    StackAllocator a(o);
+    Stack g = a.allocate();  // slot 0: the slab guard
+    Stack s1 = a.allocate();
+    Stack s2 = a.allocate();
+    REQUIRE(g.guarded);
+    REQUIRE(!s1.guarded);
+    REQUIRE(!s2.guarded);
+    s1.hi[-1] = std::byte{0x77};  // s1's own top, in use
+    // A zero fill of s2's whole RW guard page: nobody's memory, nothing to report.
+    std::memset(s2.lo - page(), 0, page());
+    CHECK(corun::os::canary_intact(s2));
+    CHECK(corun::os::canary_intact(s1));
+    CHECK(s1.hi[-1] == std::byte{0x77});
+    // One byte further, lo - page - 1: the top of s1's slot, s2's canary.
+    s2.lo[-static_cast<std::ptrdiff_t>(page()) - 1] = std::byte{0};
+    CHECK(!corun::os::canary_intact(s2));
+    CHECK(corun::os::canary_intact(s1));
+  }
+
+  TEST_CASE("the reserved top [hi, slot end) of a stack is the slot above's canary, no more") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    o.stack_bytes = 4 * page();
+    StackAllocator a(o);
+    std::vector<Stack> v;
+    for (int i = 0; i < 6; ++i) v.push_back(a.allocate());
+    for (std::size_t i = 1; i < v.size(); ++i) {
+      CAPTURE(i);
+      // The stack below ends where this one's canary begins, and that is all it reserves.
+      CHECK(v[i].canary == v[i - 1].hi);
+      CHECK(v[i].canary + corun::os::kCanaryBytes + page() == v[i].lo);
+      // Its user fills all of [lo, hi): the canary above it is intact.
+      std::memset(v[i - 1].lo, 0, static_cast<std::size_t>(v[i - 1].hi - v[i - 1].lo));
+      CHECK(corun::os::canary_intact(v[i]));
+    }
+    for (const Stack& s : v) CHECK(corun::os::canary_intact(s));
+  }
+
+  TEST_CASE("trim never returns the page holding a live neighbour's canary") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    o.keep_hot = 0;
+    StackAllocator a(o);
+    Stack g = a.allocate();  // slot 0: the slab guard
+    Stack below = a.allocate();
+    Stack s = a.allocate();
+    REQUIRE(!below.guarded);
+    REQUIRE(!s.guarded);
+    REQUIRE(s.canary == below.hi);
+    below.lo[0] = std::byte{0xEE};
+    below.hi[-1] = std::byte{0xEE};
+    a.release(below);
+    CHECK(a.trim() == 0);  // carving emptied the hot list this period
+    CHECK(a.trim() == 1);
+    CHECK(a.cold() == 1);
+    CHECK(corun::os::canary_intact(s));      // s is live: its canary stayed
+    CHECK(below.lo[0] == std::byte{0});      // the rest of the slot went back to the OS
+    CHECK(below.hi[-1] == std::byte{0xEE});  // its top page was kept
+    // The run's top is s's slot now, and the slot above s is not carved yet: kept too.
+    s.lo[0] = std::byte{0xEE};
+    a.release(s);
+    CHECK(a.trim() == 0);  // the hot list was empty since the last trim
+    CHECK(a.trim() == 1);
+    CHECK(a.cold() == 2);
+    CHECK(s.lo[0] == std::byte{0});
+    Stack next = a.allocate();  // from the cold list: s, its canary rewritten
+    CHECK(next.lo == s.lo);
+    CHECK(corun::os::canary_intact(next));
+    Stack above = a.allocate();  // below: its canary in g's top, which stayed resident
+    CHECK(corun::os::canary_intact(above));
+    (void)g;
+
+    // Guarded stacks under guarded stacks keep nothing: the whole slot goes back.
+    StackOptions og;
+    og.guard_map_budget = 100;
+    og.keep_hot = 0;
+    StackAllocator b(og);
+    Stack x = b.allocate();
+    Stack y = b.allocate();
+    Stack z = b.allocate();
+    REQUIRE(y.guarded);
+    REQUIRE(z.guarded);
+    y.hi[-1] = std::byte{0xEE};
+    b.release(y);
+    b.trim();
+    CHECK(b.trim() == 1);
+    CHECK(y.hi[-1] == std::byte{0});  // its top page too: z has no canary there
+    (void)x;
+  }
+
   TEST_CASE("trim: surplus beyond keep_hot goes cold (oldest first) and comes back zeroed") {
     StackOptions o;
     o.keep_hot = 4;
+    o.guard_map_budget = 1000;  // all guarded: no run keeps its top page (see below for that)
     StackAllocator a(o);
     const std::size_t n = 4 + 70;
     std::vector<Stack> v;
@@ -491,21 +590,30 @@ TEST_SUITE("unit.os.stack") {
     std::vector<Stack> w;
     for (std::size_t i = 0; i < batch; ++i) {
       w.push_back(b.allocate());
-      const std::size_t k0 = corun::os::kCanaryBytes;
-      std::memset(w.back().lo + k0, 0xCD, b.stack_bytes() - k0);
+      std::memset(w.back().lo, 0xCD, static_cast<std::size_t>(w.back().hi - w.back().lo));
     }
     for (std::size_t i = 0; i < batch; ++i) b.release(w[(i * 7) % batch]);  // scrambled order
     b.trim();
     CHECK(b.trim() == batch);
     CHECK(b.cold() == batch);
-    bool zeroed = true;
+    // Runs: w[0] .. w[8] alone (guarded, each under a guarded slot: all returned), then
+    // w[9] .. w[63] (w[10] on are unguarded: their RW guard pages join them). That run keeps
+    // its top page, w[63]'s: the slot above is not carved yet (it may be, during madvise).
+    bool zeroed = true, kept = true;
     for (std::size_t i = 0; i < batch; ++i) {
       Stack s = b.allocate();
       CHECK(corun::os::canary_intact(s));
-      for (std::size_t k = corun::os::kCanaryBytes; k < b.stack_bytes(); k += 512)
-        zeroed &= s.lo[k] == std::byte{0};
+      const bool keeps = s.lo == w[batch - 1].lo;
+      for (std::size_t k = 0; k < b.stack_bytes() - corun::os::kCanaryBytes; k += 512) {
+        const bool top_page = k >= b.stack_bytes() - page();
+        if (keeps && top_page)
+          kept &= s.lo[k] == std::byte{0xCD};
+        else
+          zeroed &= s.lo[k] == std::byte{0};
+      }
     }
     CHECK(zeroed);
+    CHECK(kept);
     CHECK(b.guarded() == 10);  // 64 stacks: one slab, its slab guard among the budget's 10
     CHECK(perms_at(w[0].lo - 1) == "---p");  // guards survive madvise
   }
@@ -796,10 +904,10 @@ TEST_SUITE("unit.os.stack") {
   }
 #endif
 
-  // The full-size run: 12.5 GiB of stacks in ~830 slabs, two page faults each (canary and
-  // top page, ~1.6 GB resident). 1.8 s in the release build on this 2-vCPU VM, 2.1 s under
-  // ASan, 6.4 s under TSan (2.5 GB resident with its shadow). Last in the file: TSan keeps
-  // ~3'500 map entries of its own after the slabs are gone, which would eat into the map
+  // The full-size run: 12.5 GiB of stacks in ~830 slabs, one page fault each (the top page,
+  // where the canary of the stack above lies too). 1.8 s in the release build on this 2-vCPU
+  // VM, 2.1 s under ASan, 6.4 s under TSan (2.5 GB resident with its shadow). Last in the file:
+  // TSan keeps ~3'500 map entries of its own after the slabs are gone, which would eat into the map
   // count the auto-budget case above measures (doctest runs cases in file order).
   TEST_CASE("stress: 200'000 stacks of 64 KiB with the auto guard budget") {
     many_stacks(200'000, -1);

@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -78,9 +79,9 @@ void with_parked_neighbours(int n, F fn) {
 
 }  // namespace
 
-// 70 KiB of zeros on a 64 KiB unguarded stack: past the canary and the RW page below it,
-// into the top of the parked neighbour (its task record). No fault: the canary names it
-// when the task exits.
+// 70 KiB of zeros on a 64 KiB unguarded stack: through its RW guard page into the top of
+// the parked neighbour below (the canary there, then its task record), ~2 KiB past
+// lo - page. No fault: the canary names it when the task exits.
 CORUN_TEST_CHILD(stack_zero_fill) {
   corun::os::set_auto_guard_budget_for_testing(0);
   with_parked_neighbours(8, [] {
@@ -102,7 +103,7 @@ CORUN_TEST_CHILD(stack_zero_fill_park) {
 }
 
 // The case, the real way: 20'000 parked tasks use up the guard budget (at the
-// default vm.max_map_count), then a 16 KiB task zero-fills 22 KiB.
+// default vm.max_map_count), then a 16 KiB task zero-fills 22 KiB (past lo - page).
 CORUN_TEST_CHILD(stack_zero_fill_20k) {
   with_parked_neighbours(20000, [] {
     say_id();
@@ -129,6 +130,43 @@ CORUN_TEST_CHILD(stack_recursion_guarded) {
     (void)recurse_forever(0);
   });
   return 0;
+}
+
+// Tasks on unguarded stacks never touch [hi, hi + kCanaryBytes), where the canary of the
+// stack above lies: 300 tasks, each with its record below hi, deep-ish frames, yields and a
+// sleep (the scheduler checks every canary at each switch: a touched one aborts), exit 0.
+__attribute__((noinline)) int use_frames(int depth) {
+  volatile char pad[256];
+  for (auto& c : pad) c = static_cast<char>(depth);
+  if (depth > 0) return use_frames(depth - 1) + pad[7];
+  corun::yield();
+  return pad[0];
+}
+
+CORUN_TEST_CHILD(stack_reserved_top) {
+  corun::os::set_auto_guard_budget_for_testing(0);
+  corun::Config cfg;
+  cfg.procs = 2;
+  std::atomic<int> bad{0};
+  corun::run(cfg, [&bad] {
+    corun::WaitGroup wg;
+    wg.add(300);
+    for (int i = 0; i < 300; i++)
+      corun::go([&wg, &bad, i] {
+        corun::sched::Task* t = corun::sched::current_task();
+        const auto* rec_end = reinterpret_cast<const std::byte*>(t) + sizeof(*t);
+        const bool ok = rec_end <= t->stack.hi && t->stack.canary != t->stack.hi &&
+                        (t->stack.canary == nullptr || t->stack.canary < t->stack.lo);
+        (void)use_frames(20 + i % 20);
+        corun::sleep(1ms);
+        (void)use_frames(10);
+        if (!ok) bad.fetch_add(1, std::memory_order_relaxed);  // a counter
+        wg.done();
+      });
+    wg.wait();
+  });
+  std::fprintf(stderr, "child: %d tasks with a record at or above hi\n", bad.load());
+  return bad.load() == 0 ? 0 : 1;
 }
 
 // Three waves of short tasks on unguarded stacks: one warning, and a clean exit.
@@ -207,6 +245,14 @@ TEST_SUITE("unit.sched.stack") {
     CHECK(count_of(r.output, "task stacks guarded") == 0);
   }
 #endif
+
+  TEST_CASE("tasks never touch the reserved top of their stack (the canary above)") {
+    auto r = t::child_run("stack_reserved_top", {"CORUN_STACK_KB=64"});
+    INFO(r.output);
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 0);
+    CHECK(r.output.find("overflowed") == std::string::npos);
+  }
 
   TEST_CASE("tasks on unguarded stacks: one warning per process, with the remedy") {
     auto r = t::child_run("stack_warn_once");
