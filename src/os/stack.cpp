@@ -417,7 +417,8 @@ Stack StackAllocator::carve_locked() {
   if (hot_.capacity() < need) hot_.reserve(std::max<std::size_t>(64, 2 * hot_.capacity()));
   if (carved_ >= UINT32_MAX)  // Stack::slot is 32 bits (that is 32 TiB of 4 KiB stacks)
     throw StackAllocError("corun: 2^32 task stacks carved by one allocator: no more");
-  slot_guarded_.reserve(need);  // throws before anything changed
+  if (slot_guarded_.capacity() < need)  // throws before anything changed
+    slot_guarded_.reserve(std::max<std::size_t>(64, 2 * slot_guarded_.capacity()));
 
   if (carve_next_ == carve_end_) map_slab_locked();
   std::byte* slot = carve_next_;
