@@ -9,15 +9,26 @@
 //    copy of the surplus, so other threads keep allocating and releasing meanwhile.
 //  - release() is noexcept and must not allocate: carve_locked() grows hot_/cold_ capacity
 //    ahead so that a push_back never reallocates (both capacities >= carved_).
-//  - The signal handler reads only tls_running_stack (initial-exec TLS, constinit),
-//    g_page and g_prev_segv/g_prev_bus, and calls only async-signal-safe functions (sigaction,
+//  - The signal handler reads only tls_running_stack (initial-exec TLS, constinit), the
+//    interrupted context's stack pointer, the slab table (atomics in static storage), g_page
+//    and g_prev_segv/g_prev_bus, and calls only async-signal-safe functions (sigaction,
 //    raise, write, abort).
+//  - The slab table: each entry is one atomic word, (base >> 12) << 28 | (len >> 12), 0 when
+//    free, so the handler never reads a torn range. Writers claim a free entry with a CAS
+//    (several allocators map slabs concurrently, each under its own lock) and clear it
+//    before munmap. g_slab_used is a high-water mark of the entries ever used: the handler
+//    scans only those.
+//  - The canary pattern is a function-local static (initialised on first use, thread-safe),
+//    not a namespace-scope one: no static-initialisation-order dependence.
 #include "os/stack.hpp"
 
 #include <fcntl.h>
 #include <numaif.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +83,18 @@ long map_count() {
   return lines;
 }
 
+void write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
 long max_map_count() {
   std::string s;
   if (!read_file("/proc/sys/vm/max_map_count",
@@ -86,10 +109,76 @@ long max_map_count() {
 // All operations are relaxed: it is a counter that publishes no other data.
 std::once_flag g_auto_once;
 std::atomic<long> g_auto_left{0};
+// Guards currently paid from the auto budget, and vm.max_map_count as read at init: for the
+// warning only. Relaxed: counters, no data published with them.
+std::atomic<long> g_auto_guards{0};
+std::atomic<long> g_max_map_count{kDefaultMaxMapCount};
+// Set (relaxed exchange) by the allocate() that prints the unguarded-stack warning.
+std::atomic<bool> g_warned{false};
 
 void init_auto_budget() {
-  long b = max_map_count() / 2 - map_count();
+  long limit = max_map_count();
+  g_max_map_count.store(limit, std::memory_order_relaxed);
+  long b = limit / 2 - map_count();
   g_auto_left.store(b > 0 ? b : 0, std::memory_order_relaxed);
+}
+
+void warn_unguarded() {
+  char msg[400];
+  int n = std::snprintf(msg, sizeof msg,
+                        "corun: %ld task stacks guarded (vm.max_map_count=%ld); task stacks beyond "
+                        "that have no guard page: an overflow there is caught later, by a canary "
+                        "check when the task parks or exits; raise vm.max_map_count (e.g. sysctl "
+                        "-w vm.max_map_count=262144) to guard more\n",
+                        g_auto_guards.load(std::memory_order_relaxed),
+                        g_max_map_count.load(std::memory_order_relaxed));
+  if (n > 0) write_all(2, msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1));
+}
+
+// ---- the slab table (see the implementation notes) ----
+constexpr std::size_t kSlabTableSize = 16384;
+constexpr unsigned kLenBits = 28;  // slab length in 4 KiB units: < 1 TiB
+constinit std::atomic<std::uint64_t> g_slab_table[kSlabTableSize] = {};
+constinit std::atomic<std::size_t> g_slab_used{0};
+
+// 0 if the range does not fit the packing (then it is simply not in the table).
+std::uint64_t pack_slab(const void* base, std::size_t len) {
+  auto b = reinterpret_cast<std::uintptr_t>(base);
+  if ((b & 4095) != 0 || (len & 4095) != 0 || len == 0) return 0;
+  std::uint64_t bp = b >> 12, lp = len >> 12;
+  if (lp >= (std::uint64_t{1} << kLenBits) || bp >= (std::uint64_t{1} << (64 - kLenBits))) return 0;
+  return bp << kLenBits | lp;
+}
+
+void register_slab(const void* base, std::size_t len) {
+  std::uint64_t v = pack_slab(base, len);
+  if (v == 0) return;
+  for (std::size_t i = 0; i < kSlabTableSize; ++i) {
+    std::uint64_t expected = 0;
+    // release: pairs with the handler's acquire load (a complete entry or 0, never torn).
+    if (g_slab_table[i].compare_exchange_strong(expected, v, std::memory_order_release,
+                                                std::memory_order_relaxed)) {
+      std::size_t used = g_slab_used.load(std::memory_order_relaxed);
+      // release: a reader that sees the new mark also sees the entry below it.
+      while (used < i + 1 &&
+             !g_slab_used.compare_exchange_weak(used, i + 1, std::memory_order_release,
+                                                std::memory_order_relaxed)) {
+      }
+      return;
+    }
+  }
+  // Full: the slab is not in the table (documented in stack.hpp).
+}
+
+void unregister_slab(const void* base, std::size_t len) {
+  std::uint64_t v = pack_slab(base, len);
+  if (v == 0) return;
+  std::size_t used = g_slab_used.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < used; ++i) {
+    std::uint64_t expected = v;
+    // relaxed: the entry goes back to free; nothing is published with it.
+    if (g_slab_table[i].compare_exchange_strong(expected, 0, std::memory_order_relaxed)) return;
+  }
 }
 
 // Online NUMA nodes as text ("0", "0-3,5"); "0" when the kernel has no NUMA support.
@@ -171,10 +260,15 @@ StackAllocator::StackAllocator(const StackOptions& o)
 
 StackAllocator::~StackAllocator() {
   // No lock: destruction requires that no other thread uses the allocator.
-  for (const Slab& s : slabs_) ::munmap(s.base, s.len);
-  // Give our guards' map entries back to the shared auto budget (relaxed: a counter).
-  if (auto_budget_ && guarded_ > 0)
-    g_auto_left.fetch_add(2 * static_cast<long>(guarded_), std::memory_order_relaxed);
+  for (const Slab& s : slabs_) {
+    unregister_slab(s.base, s.len);  // out of the handler's table before the range goes
+    ::munmap(s.base, s.len);
+  }
+  // Give our guards' map entries back to the shared auto budget (relaxed: counters).
+  if (auto_budget_ && budget_guards_ > 0) {
+    g_auto_left.fetch_add(2 * static_cast<long>(budget_guards_), std::memory_order_relaxed);
+    g_auto_guards.fetch_sub(static_cast<long>(budget_guards_), std::memory_order_relaxed);
+  }
 }
 
 std::size_t StackAllocator::slabs() const {
@@ -199,31 +293,44 @@ std::size_t StackAllocator::hot() const {
 }
 
 Stack StackAllocator::allocate() {
-  base::Guard g(mu_);
   Stack s;
-  if (!hot_.empty()) {
-    s = hot_.back();
-    hot_.pop_back();
-    if (hot_.size() < hot_low_) hot_low_ = hot_.size();
-  } else if (!cold_.empty()) {
-    hot_low_ = 0;
-    s = cold_.back();
-    cold_.pop_back();
-  } else {
-    hot_low_ = 0;
-    s = carve_locked();
+  bool warn = false;
+  {
+    base::Guard g(mu_);
+    if (!hot_.empty()) {
+      s = hot_.back();
+      hot_.pop_back();
+      if (hot_.size() < hot_low_) hot_low_ = hot_.size();
+    } else if (!cold_.empty()) {
+      hot_low_ = 0;
+      s = cold_.back();
+      cold_.pop_back();
+    } else {
+      hot_low_ = 0;
+      s = carve_locked();
+      // relaxed: a once-flag for a message; it orders nothing else.
+      warn = !s.guarded && auto_budget_ && !g_warned.exchange(true, std::memory_order_relaxed);
+    }
   }
-  // No canary to write: fresh, cold and (intact) hot stacks all have zeros there.
+  // A hot stack's is intact (the scheduler checked it when its task exited), a fresh one's
+  // reads as zeros, and a cold one's may have been wiped with the slot below by trim() while
+  // this one was free: writing it always keeps this simple. It lies in the top page of the
+  // slot below, resident while that slot's task lives (a mass spawn carves in address
+  // order, so the slot below is usually live): no page fault then.
+  write_canary(s);
+  if (warn) warn_unguarded();
   return s;
 }
 
 bool StackAllocator::release(const Stack& s) noexcept {
-  if (s.lo == nullptr || s.hi < s.lo || static_cast<std::size_t>(s.hi - s.lo) != stack_bytes_) {
+  if (s.lo == nullptr || s.hi < s.lo ||
+      static_cast<std::size_t>(s.hi - s.lo) != stack_bytes_ - kCanaryBytes) {
     char msg[160];
     int n = std::snprintf(msg, sizeof msg,
                           "corun: StackAllocator::release: not a %zu-byte stack of this "
                           "allocator (lo=%p hi=%p)\n",
-                          stack_bytes_, static_cast<void*>(s.lo), static_cast<void*>(s.hi));
+                          stack_bytes_ - kCanaryBytes, static_cast<void*>(s.lo),
+                          static_cast<void*>(s.hi));
     if (n > 0)
       (void)!::write(2, msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1));
     std::abort();
@@ -261,18 +368,31 @@ std::size_t StackAllocator::trim() noexcept {
 void StackAllocator::make_cold(Stack* b, std::size_t n) noexcept {
   std::sort(b, b + n, [](const Stack& x, const Stack& y) { return x.lo < y.lo; });
   for (std::size_t i = 0; i < n;) {
-    // A run: slots whose stacks are separated only by an unguarded (RW, never touched)
-    // guard slot page. A PROT_NONE guard ends the run (keeps madvise off PROT_NONE pages).
-    std::byte* start = b[i].lo;
-    std::byte* end = b[i].hi;
+    // A run: slots whose stacks are separated only by an unguarded (RW, never touched) guard
+    // slot page. A PROT_NONE guard ends the run (keeps madvise off PROT_NONE pages).
     std::size_t j = i + 1;
-    while (j < n && b[j].lo == end + page_ && !b[j].guarded) end = b[j++].hi;
+    while (j < n && b[j].lo == b[j - 1].hi + kCanaryBytes + page_ && !b[j].guarded) ++j;
+    std::byte* start = b[i].lo;
+    std::byte* end = b[j - 1].hi + kCanaryBytes;  // the slot's end: page-aligned
+    if (keeps_top_page(b[j - 1])) end -= page_;
     // Failure only leaves the pages resident; the range and its guards stay either way.
-    ::madvise(start, static_cast<std::size_t>(end - start), MADV_DONTNEED);
+    if (end > start) ::madvise(start, static_cast<std::size_t>(end - start), MADV_DONTNEED);
     i = j;
   }
   base::Guard g(mu_);
   for (std::size_t i = 0; i < n; ++i) cold_.push_back(b[i]);  // capacity reserved: no alloc
+}
+
+bool StackAllocator::keeps_top_page(const Stack& s) noexcept {
+  // s's top kCanaryBytes hold the canary of the slot above it in the slab, which may be
+  // handed out now, or by an allocate() racing with the caller's madvise. Decided under mu_,
+  // where carving happens: a slot carved after this is not known guarded, so it is kept
+  // for. The page can go only when there is no slot above (slab top) or it is carved and
+  // guarded (a guard is fixed for the slot's life: it never has a canary).
+  const std::size_t above = std::size_t{s.slot} + 1;
+  if (above % stacks_per_slab_ == 0) return false;  // slots are carved slab after slab
+  base::Guard g(mu_);
+  return !(above < slot_guarded_.size() && slot_guarded_[above]);
 }
 
 bool StackAllocator::take_guard_locked() {
@@ -295,28 +415,51 @@ Stack StackAllocator::carve_locked() {
   std::size_t need = carved_ + 1;
   if (cold_.capacity() < need) cold_.reserve(std::max<std::size_t>(64, 2 * cold_.capacity()));
   if (hot_.capacity() < need) hot_.reserve(std::max<std::size_t>(64, 2 * hot_.capacity()));
+  if (carved_ >= UINT32_MAX)  // Stack::slot is 32 bits (that is 32 TiB of 4 KiB stacks)
+    throw StackAllocError("corun: 2^32 task stacks carved by one allocator: no more");
+  if (slot_guarded_.capacity() < need)  // throws before anything changed
+    slot_guarded_.reserve(std::max<std::size_t>(64, 2 * slot_guarded_.capacity()));
 
   if (carve_next_ == carve_end_) map_slab_locked();
   std::byte* slot = carve_next_;
   carve_next_ += slot_bytes_;
 
-  Stack s{slot + page_, slot + slot_bytes_, false};
-  if (take_guard_locked()) {
-    if (::mprotect(slot, page_, PROT_NONE) == 0) {
-      s.guarded = true;
-      ++guarded_;
-    } else {
-      // ENOMEM: the process hit vm.max_map_count (someone else mapped a lot). Give the
-      // reservation back and stop guarding; canaries still protect every stack.
-      guards_stopped_ = true;
-      if (auto_budget_)
-        g_auto_left.fetch_add(2, std::memory_order_relaxed);  // relaxed: a counter
-      else
-        own_budget_left_ += 2;
-    }
-  }
+  const bool slab_guard = slot == slabs_.back().base;  // the slab's bottom page
+  Stack s;
+  s.lo = slot + page_;
+  s.hi = slot + slot_bytes_ - kCanaryBytes;  // 64-aligned: slot_bytes_ is whole pages
+  s.slot = static_cast<std::uint32_t>(carved_);
+  s.guarded = guard_slot_locked(slot, slab_guard);
+  // Unguarded: the canary goes in the top of the slot below (resident while it is in use),
+  // right under this slot's RW guard page. A slab's bottom slot whose slab guard could not
+  // be set has no slot below: its canary is its own bottom (one more page; rare).
+  if (!s.guarded) s.canary = slab_guard ? s.lo : slot - kCanaryBytes;
+  slot_guarded_.push_back(s.guarded);
   ++carved_;
   return s;
+}
+
+bool StackAllocator::guard_slot_locked(std::byte* slot, bool slab_guard) {
+  const bool budgeted = take_guard_locked();
+  if (!budgeted && !slab_guard) return false;
+  if (::mprotect(slot, page_, PROT_NONE) == 0) {
+    ++guarded_;
+    if (budgeted) {
+      ++budget_guards_;
+      if (auto_budget_) g_auto_guards.fetch_add(1, std::memory_order_relaxed);  // a counter
+    }
+    return true;
+  }
+  // ENOMEM: the process hit vm.max_map_count (someone else mapped a lot). Give the
+  // reservation back and stop guarding; canaries still protect every unguarded stack.
+  if (budgeted) {
+    guards_stopped_ = true;
+    if (auto_budget_)
+      g_auto_left.fetch_add(2, std::memory_order_relaxed);  // relaxed: a counter
+    else
+      own_budget_left_ += 2;
+  }
+  return false;
 }
 
 std::string StackAllocator::describe_locked(std::size_t want) const {
@@ -364,6 +507,7 @@ void StackAllocator::map_slab_locked() {
     }
   }
   slabs_.push_back(Slab{static_cast<std::byte*>(p), len});
+  register_slab(p, len);
   carve_next_ = static_cast<std::byte*>(p);
   carve_end_ = carve_next_ + len;
 }
@@ -371,14 +515,77 @@ void StackAllocator::map_slab_locked() {
 // ---------------------------------------------------------------------------------------
 // Canaries
 
+namespace {
+
+std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t make_canary_pattern() noexcept {
+  std::uint64_t r = 0;
+  if (::getrandom(&r, sizeof r, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof r)) r = 0;
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  std::uint64_t t = static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
+                    static_cast<std::uint64_t>(ts.tv_nsec);
+  std::uint64_t v = r ^ mix64(t ^ (static_cast<std::uint64_t>(::getpid()) << 40));
+  for (unsigned i = 0; i < 8; ++i)  // no zero byte: a zero fill can never match a byte
+    if (((v >> (8 * i)) & 0xff) == 0) v |= std::uint64_t{0xa5u ^ i} << (8 * i);
+  return v;
+}
+
+constexpr std::size_t kCanaryWords = kCanaryBytes / sizeof(std::uint64_t);
+
+}  // namespace
+
+std::uint64_t canary_pattern() noexcept {
+  static const std::uint64_t pattern = make_canary_pattern();
+  return pattern;
+}
+
 void write_canary(const Stack& s) noexcept {
-  std::memset(s.lo, 0, 16);
+  if (s.canary == nullptr) return;
+  const std::uint64_t c = canary_pattern();
+  std::uint64_t w[kCanaryWords];
+  for (auto& x : w) x = c;
+  std::memcpy(s.canary, w, sizeof w);
 }
 
 bool canary_intact(const Stack& s) noexcept {
-  std::uint64_t have[2];
-  std::memcpy(have, s.lo, sizeof have);
-  return (have[0] | have[1]) == 0;
+  if (s.canary == nullptr) return true;
+  const std::uint64_t c = canary_pattern();
+  std::uint64_t have[kCanaryWords];
+  std::memcpy(have, s.canary, sizeof have);
+  std::uint64_t diff = 0;
+  for (std::uint64_t x : have) diff |= x ^ c;
+  return diff == 0;
+}
+
+void set_auto_guard_budget_for_testing(long map_entries) {
+  if (map_entries < 0)
+    throw std::invalid_argument("corun: set_auto_guard_budget_for_testing(" +
+                                std::to_string(map_entries) +
+                                "): expected a count of map entries >= 0");
+  std::call_once(g_auto_once, init_auto_budget);
+  g_auto_left.store(map_entries, std::memory_order_relaxed);  // relaxed: a counter
+}
+
+bool in_stack_slabs(const void* p, std::size_t below) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  // acquire: pairs with register_slab's release stores (the mark, then each entry).
+  const std::size_t used = g_slab_used.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < used; ++i) {
+    std::uint64_t v = g_slab_table[i].load(std::memory_order_acquire);
+    if (v == 0) continue;
+    std::uintptr_t base = static_cast<std::uintptr_t>(v >> kLenBits) << 12;
+    std::uintptr_t len = static_cast<std::uintptr_t>(v & ((std::uint64_t{1} << kLenBits) - 1))
+                         << 12;
+    std::uintptr_t from = base > below ? base - below : 0;
+    if (a >= from && a < base + len) return true;
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -402,18 +609,6 @@ struct SigBuf {
     while (k > 0 && n < sizeof b - 1) b[n++] = d[--k];
   }
 };
-
-void write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
 
 }  // namespace
 
@@ -444,13 +639,34 @@ struct sigaction g_prev_bus;
 std::uintptr_t g_page = 4096;
 std::once_flag g_install_once;
 
-void overflow_handler(int sig, siginfo_t* si, void*) {
+// The interrupted stack pointer, or 0 where this file does not know the register.
+std::uintptr_t interrupted_sp(void* uc) {
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RSP]);
+#elif defined(__aarch64__)
+  return static_cast<std::uintptr_t>(static_cast<ucontext_t*>(uc)->uc_mcontext.sp);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
+void overflow_handler(int sig, siginfo_t* si, void* uc) {
   const RunningStack& rs = tls_running_stack;
   if (si != nullptr && si->si_code > 0 && rs.lo != nullptr) {
     auto addr = reinterpret_cast<std::uintptr_t>(si->si_addr);
     auto lo = reinterpret_cast<std::uintptr_t>(rs.lo);
     if (addr < lo && addr >= lo - g_page)
       report_stack_overflow(rs.task_id, rs.bytes, "guard page hit");
+    // Below the stack, inside the slabs: only PROT_NONE pages fault there, i.e. a guard
+    // further down reached through unguarded memory (or a frame that jumped the guard).
+    if (addr < lo && in_stack_slabs(si->si_addr))
+      report_stack_overflow(rs.task_id, rs.bytes, "fault in a guard page below the stack");
+    // The task runs below its own stack, in or just under the slabs (a frame jumped past
+    // the slab guard into unmapped memory): an overflow, wherever the fault is.
+    std::uintptr_t sp = uc != nullptr ? interrupted_sp(uc) : 0;
+    if (sp != 0 && sp < lo && in_stack_slabs(reinterpret_cast<const void*>(sp), rs.bytes + g_page))
+      report_stack_overflow(rs.task_id, rs.bytes, "stack pointer below the stack at a fault");
   }
   // Not ours: put the previous disposition back and let the fault happen again under it.
   ::sigaction(sig, sig == SIGBUS ? &g_prev_bus : &g_prev_segv, nullptr);

@@ -1,5 +1,6 @@
 // tests/os/stack_test.cpp — task stacks: reuse order, map-count budget at scale, guard
-// pages, canaries, the overflow reporter (in fork()ed children), keep_hot, NUMA options.
+// pages and slab guards, the random canary, the slab table, the overflow reporter and its
+// three fault rules (in fork()ed children), keep_hot, NUMA options.
 //
 // The fork tests run only where corun installs its SIGSEGV handler (not under ASan/TSan,
 // see CORUN_OS_SANITIZER_OWNS_SEGV); the child is single-threaded and ends with _exit.
@@ -17,6 +18,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -35,6 +37,15 @@ using corun::os::StackOptions;
 
 std::size_t page() {
   return static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Resident set of this process in KiB (VmRSS), or -1.
+long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  return -1;
 }
 
 long maps_lines() {
@@ -80,6 +91,7 @@ std::string perms_at(const void* addr) {
 struct ChildResult {
   int status = 0;
   std::string err;  // the child's stderr
+  bool signaled_abrt() const { return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT; }
 };
 
 // Runs fn in a fork()ed child whose stderr goes to a pipe, with SIGSEGV/SIGBUS/SIGABRT at
@@ -142,18 +154,26 @@ void many_stacks(std::size_t n, long budget) {
     }
     slabs = a.slabs();
     const long lines = maps_lines();
+    std::size_t unguarded = 0;
+    for (const Stack& s : v) unguarded += s.guarded ? 0 : 1;
     MESSAGE(n << " stacks: " << slabs << " slabs, " << a.guarded() << " guarded, " << lines
-              << " map entries (limit " << limit << ")");
+              << " map entries (limit " << limit << "), RSS " << rss_kib() << " KiB (" << unguarded
+              << " unguarded stacks, their canaries in the top page of the stack below)");
     CHECK(lines < limit);
+    // Slab guards beyond the budget: up to 2 entries per slab, besides the slab's own.
+    const long per_slab = 3 * static_cast<long>(slabs);
     if (budget >= 0)
-      CHECK(lines <= before + budget + static_cast<long>(slabs) + 1000 + san_slack(slabs));
+      CHECK(lines <= before + budget + per_slab + 1000 + san_slack(slabs));
     else  // as in "the auto guard budget keeps the map count under half of vm.max_map_count"
-      CHECK(lines <= limit / 2 + static_cast<long>(slabs) + 2000 + san_slack(slabs));
+      CHECK(lines <= limit / 2 + per_slab + 2000 + san_slack(slabs));
     CHECK(a.stacks_carved() == n);
     CHECK(a.guarded() > 0);
-    CHECK(v.front().guarded);  // guards come first, then none
+    CHECK(v.front().guarded);  // guards come first, then only each slab's first stack
     if (runs_out) {
-      if (budget >= 0) CHECK(a.guarded() == static_cast<std::size_t>(budget / 2));
+      if (budget >= 0) {
+        CHECK(a.guarded() >= static_cast<std::size_t>(budget / 2));
+        CHECK(a.guarded() <= static_cast<std::size_t>(budget / 2) + slabs);
+      }
       CHECK(a.guarded() < n);  // the rest rely on canaries
       CHECK(!v.back().guarded);
     } else {
@@ -209,7 +229,8 @@ TEST_SUITE("unit.os.stack") {
     Stack s3 = a.allocate();
     for (const Stack& s : {s1, s2, s3}) {
       CHECK(reinterpret_cast<std::uintptr_t>(s.lo) % page() == 0);
-      CHECK(static_cast<std::size_t>(s.hi - s.lo) == a.stack_bytes());
+      CHECK(static_cast<std::size_t>(s.hi - s.lo) == a.stack_bytes() - corun::os::kCanaryBytes);
+      CHECK(reinterpret_cast<std::uintptr_t>(s.hi + corun::os::kCanaryBytes) % page() == 0);
       CHECK(corun::os::canary_intact(s));
       s.hi[-1] = std::byte{7};  // usable at the top
     }
@@ -259,7 +280,7 @@ TEST_SUITE("unit.os.stack") {
     std::size_t had_guards = 0;
     {
       StackAllocator a(StackOptions{});
-      // Each guarded stack costs a page fault (canary); give up past 40'000 (a machine with
+      // Each guarded stack costs an mprotect; give up past 40'000 (a machine with
       // a raised vm.max_map_count has a budget too large to exhaust quickly).
       bool exhausted = false;
       while (allocated < 40'000) {
@@ -274,12 +295,16 @@ TEST_SUITE("unit.os.stack") {
                               << " map entries, vm.max_map_count " << limit);
       had_guards = a.guarded();  // 0 only if another live auto allocator used the budget up
       if (exhausted) {
-        CHECK(maps_lines() <= limit / 2 + static_cast<long>(a.slabs()) + 2000);
-        CHECK(!a.allocate().guarded);  // stays exhausted
-        // The budget is process-wide: a second auto allocator gets no guards now.
+        CHECK(maps_lines() <= limit / 2 + 3 * static_cast<long>(a.slabs()) + 2000);
+        Stack x = a.allocate();
+        if (x.guarded) x = a.allocate();  // that was a new slab's first stack: its slab guard
+        CHECK(!x.guarded);                // stays exhausted
+        // The budget is process-wide: a second auto allocator gets no guards now (but
+        // its slab guard, under the first stack of each slab).
         StackAllocator b(StackOptions{});
+        CHECK(b.allocate().guarded);
         CHECK(!b.allocate().guarded);
-        CHECK(b.guarded() == 0);
+        CHECK(b.guarded() == 1);
         // An explicit budget is the allocator's own.
         StackOptions own;
         own.guard_map_budget = 4;
@@ -287,9 +312,10 @@ TEST_SUITE("unit.os.stack") {
         CHECK(c.allocate().guarded);
       }
     }
-    // The destructor gave the guards back.
+    // The destructor gave the guards back: past the slab guard, d guards again.
     StackAllocator d(StackOptions{});
-    if (had_guards > 0) CHECK(d.allocate().guarded);
+    d.allocate();
+    if (had_guards > 1) CHECK(d.allocate().guarded);
   }
 
   TEST_CASE("an explicit guard budget of 10 map entries guards 5 stacks, then none") {
@@ -313,8 +339,42 @@ TEST_SUITE("unit.os.stack") {
     StackOptions none;
     none.guard_map_budget = 0;
     StackAllocator b(none);
+    CHECK(b.allocate().guarded);  // the slab guard: every slab's bottom page, budget or not
     CHECK(!b.allocate().guarded);
-    CHECK(b.guarded() == 0);
+    CHECK(b.guarded() == 1);
+  }
+
+  TEST_CASE("every slab's bottom page is PROT_NONE, with no budget; the slab table has it") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    o.stack_bytes = 16 * page();
+    o.slab_bytes = 4 * 17 * page();  // 4 slots per slab
+    std::byte* first_lo = nullptr;
+    std::byte* last_hi = nullptr;
+    {
+      StackAllocator a(o);
+      std::vector<Stack> v;
+      for (int i = 0; i < 12; ++i) v.push_back(a.allocate());
+      CHECK(a.slabs() == 3);
+      CHECK(a.guarded() == 3);
+      for (int i = 0; i < 12; ++i) {
+        CAPTURE(i);
+        const Stack& s = v[static_cast<std::size_t>(i)];
+        CHECK(s.guarded == (i % 4 == 0));
+        CHECK(perms_at(s.lo - 1) == (i % 4 == 0 ? "---p" : "rw-p"));
+        CHECK(corun::os::in_stack_slabs(s.lo));
+        CHECK(corun::os::in_stack_slabs(s.hi - 1));
+        CHECK(corun::os::in_stack_slabs(s.lo - page()));  // the slot's guard page
+      }
+      // Under a slab: within `below` bytes.
+      std::byte* base = v[0].lo - page();
+      CHECK(corun::os::in_stack_slabs(base - 1, page()));
+      first_lo = v[0].lo;
+      last_hi = v[3].hi;
+    }
+    // Unmapped slabs leave the table.
+    CHECK(!corun::os::in_stack_slabs(first_lo));
+    CHECK(!corun::os::in_stack_slabs(last_hi - 1));
   }
 
   TEST_CASE("a guarded stack's guard page is PROT_NONE; an unguarded one's is not") {
@@ -332,28 +392,148 @@ TEST_SUITE("unit.os.stack") {
     CHECK(perms_at(u.lo - 1) == "rw-p");
   }
 
-  TEST_CASE("the canary detects a write to the lowest bytes") {
-    StackAllocator a(StackOptions{});
+  TEST_CASE("the canary: random, no zero byte; any write to it, a zero fill too, shows") {
+    const std::uint64_t c = corun::os::canary_pattern();
+    CHECK(c == corun::os::canary_pattern());  // fixed for the process
+    for (int i = 0; i < 8; ++i) {
+      CAPTURE(i);
+      CHECK(((c >> (8 * i)) & 0xff) != 0);
+    }
+    StackOptions o;
+    o.guard_map_budget = 0;
+    StackAllocator a(o);
+    Stack g = a.allocate();  // the slab guard's stack: no canary, never touched
+    REQUIRE(g.guarded);
+    CHECK(corun::os::canary_intact(g));
+    CHECK(g.canary == nullptr);
     Stack s = a.allocate();
+    REQUIRE(!s.guarded);
+    // In the top of the slot below (g's), right under s's RW guard page, above g's hi.
+    REQUIRE(s.canary == s.lo - page() - corun::os::kCanaryBytes);
+    CHECK(s.canary == g.hi);
+    std::uint64_t word;
+    std::memcpy(&word, s.canary, sizeof word);
+    CHECK(word == c);  // written by allocate()
     CHECK(corun::os::canary_intact(s));
-    s.lo[0] ^= std::byte{1};
+    s.canary[0] ^= std::byte{1};
     CHECK(!corun::os::canary_intact(s));
     corun::os::write_canary(s);
     CHECK(corun::os::canary_intact(s));
-    s.lo[15] = ~s.lo[15];
+    s.canary[corun::os::kCanaryBytes - 1] = ~s.canary[corun::os::kCanaryBytes - 1];
     CHECK(!corun::os::canary_intact(s));
     corun::os::write_canary(s);
-    s.lo[16] = std::byte{0x55};  // above the canary: not covered
+    s.canary[-1] = std::byte{0x55};  // g's own top bytes, below the canary: not covered
     CHECK(corun::os::canary_intact(s));
-    // A zero canary: an overflow that writes zeros there goes unnoticed (documented).
-    Stack t = a.allocate();
-    std::memset(t.lo, 0, 16);
-    CHECK(corun::os::canary_intact(t));
+    // A zero fill over the canary (std::array<char, N> buf{}, memset 0) is seen.
+    std::memset(s.canary, 0, corun::os::kCanaryBytes);
+    CHECK(!corun::os::canary_intact(s));
+    corun::os::write_canary(s);
+    std::memset(s.canary + 24, 0, 8);
+    CHECK(!corun::os::canary_intact(s));
+    // A hot stack comes back with its canary (re)written.
+    a.release(s);
+    Stack again = a.allocate();
+    CHECK(again.lo == s.lo);
+    CHECK(corun::os::canary_intact(again));
+  }
+
+  TEST_CASE("an unguarded stack's overflow shows once it passes its guard page, not before") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    StackAllocator a(o);
+    Stack g = a.allocate();  // slot 0: the slab guard
+    Stack s1 = a.allocate();
+    Stack s2 = a.allocate();
+    REQUIRE(g.guarded);
+    REQUIRE(!s1.guarded);
+    REQUIRE(!s2.guarded);
+    s1.hi[-1] = std::byte{0x77};  // s1's own top, in use
+    // A zero fill of s2's whole RW guard page: nobody's memory, nothing to report.
+    std::memset(s2.lo - page(), 0, page());
+    CHECK(corun::os::canary_intact(s2));
+    CHECK(corun::os::canary_intact(s1));
+    CHECK(s1.hi[-1] == std::byte{0x77});
+    // One byte further, lo - page - 1: the top of s1's slot, s2's canary.
+    s2.lo[-static_cast<std::ptrdiff_t>(page()) - 1] = std::byte{0};
+    CHECK(!corun::os::canary_intact(s2));
+    CHECK(corun::os::canary_intact(s1));
+  }
+
+  TEST_CASE("the reserved top [hi, slot end) of a stack is the slot above's canary, no more") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    o.stack_bytes = 4 * page();
+    StackAllocator a(o);
+    std::vector<Stack> v;
+    for (int i = 0; i < 6; ++i) v.push_back(a.allocate());
+    for (std::size_t i = 1; i < v.size(); ++i) {
+      CAPTURE(i);
+      // The stack below ends where this one's canary begins, and that is all it reserves.
+      CHECK(v[i].canary == v[i - 1].hi);
+      CHECK(v[i].canary + corun::os::kCanaryBytes + page() == v[i].lo);
+      // Its user fills all of [lo, hi): the canary above it is intact.
+      std::memset(v[i - 1].lo, 0, static_cast<std::size_t>(v[i - 1].hi - v[i - 1].lo));
+      CHECK(corun::os::canary_intact(v[i]));
+    }
+    for (const Stack& s : v) CHECK(corun::os::canary_intact(s));
+  }
+
+  TEST_CASE("trim never returns the page holding a live neighbour's canary") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    o.keep_hot = 0;
+    StackAllocator a(o);
+    Stack g = a.allocate();  // slot 0: the slab guard
+    Stack below = a.allocate();
+    Stack s = a.allocate();
+    REQUIRE(!below.guarded);
+    REQUIRE(!s.guarded);
+    REQUIRE(s.canary == below.hi);
+    below.lo[0] = std::byte{0xEE};
+    below.hi[-1] = std::byte{0xEE};
+    a.release(below);
+    CHECK(a.trim() == 0);  // carving emptied the hot list this period
+    CHECK(a.trim() == 1);
+    CHECK(a.cold() == 1);
+    CHECK(corun::os::canary_intact(s));      // s is live: its canary stayed
+    CHECK(below.lo[0] == std::byte{0});      // the rest of the slot went back to the OS
+    CHECK(below.hi[-1] == std::byte{0xEE});  // its top page was kept
+    // The run's top is s's slot now, and the slot above s is not carved yet: kept too.
+    s.lo[0] = std::byte{0xEE};
+    a.release(s);
+    CHECK(a.trim() == 0);  // the hot list was empty since the last trim
+    CHECK(a.trim() == 1);
+    CHECK(a.cold() == 2);
+    CHECK(s.lo[0] == std::byte{0});
+    Stack next = a.allocate();  // from the cold list: s, its canary rewritten
+    CHECK(next.lo == s.lo);
+    CHECK(corun::os::canary_intact(next));
+    Stack above = a.allocate();  // below: its canary in g's top, which stayed resident
+    CHECK(corun::os::canary_intact(above));
+    (void)g;
+
+    // Guarded stacks under guarded stacks keep nothing: the whole slot goes back.
+    StackOptions og;
+    og.guard_map_budget = 100;
+    og.keep_hot = 0;
+    StackAllocator b(og);
+    Stack x = b.allocate();
+    Stack y = b.allocate();
+    Stack z = b.allocate();
+    REQUIRE(y.guarded);
+    REQUIRE(z.guarded);
+    y.hi[-1] = std::byte{0xEE};
+    b.release(y);
+    b.trim();
+    CHECK(b.trim() == 1);
+    CHECK(y.hi[-1] == std::byte{0});  // its top page too: z has no canary there
+    (void)x;
   }
 
   TEST_CASE("trim: surplus beyond keep_hot goes cold (oldest first) and comes back zeroed") {
     StackOptions o;
     o.keep_hot = 4;
+    o.guard_map_budget = 1000;  // all guarded: no run keeps its top page (see below for that)
     StackAllocator a(o);
     const std::size_t n = 4 + 70;
     std::vector<Stack> v;
@@ -410,20 +590,31 @@ TEST_SUITE("unit.os.stack") {
     std::vector<Stack> w;
     for (std::size_t i = 0; i < batch; ++i) {
       w.push_back(b.allocate());
-      std::memset(w.back().lo + 16, 0xCD, b.stack_bytes() - 16);
+      std::memset(w.back().lo, 0xCD, static_cast<std::size_t>(w.back().hi - w.back().lo));
     }
     for (std::size_t i = 0; i < batch; ++i) b.release(w[(i * 7) % batch]);  // scrambled order
     b.trim();
     CHECK(b.trim() == batch);
     CHECK(b.cold() == batch);
-    bool zeroed = true;
+    // Runs: w[0] .. w[8] alone (guarded, each under a guarded slot: all returned), then
+    // w[9] .. w[63] (w[10] on are unguarded: their RW guard pages join them). That run keeps
+    // its top page, w[63]'s: the slot above is not carved yet (it may be, during madvise).
+    bool zeroed = true, kept = true;
     for (std::size_t i = 0; i < batch; ++i) {
       Stack s = b.allocate();
       CHECK(corun::os::canary_intact(s));
-      for (std::size_t k = 16; k < b.stack_bytes(); k += 512) zeroed &= s.lo[k] == std::byte{0};
+      const bool keeps = s.lo == w[batch - 1].lo;
+      for (std::size_t k = 0; k < b.stack_bytes() - corun::os::kCanaryBytes; k += 512) {
+        const bool top_page = k >= b.stack_bytes() - page();
+        if (keeps && top_page)
+          kept &= s.lo[k] == std::byte{0xCD};
+        else
+          zeroed &= s.lo[k] == std::byte{0};
+      }
     }
     CHECK(zeroed);
-    CHECK(b.guarded() == 10);
+    CHECK(kept);
+    CHECK(b.guarded() == 10);  // 64 stacks: one slab, its slab guard among the budget's 10
     CHECK(perms_at(w[0].lo - 1) == "---p");  // guards survive madvise
   }
 
@@ -592,6 +783,80 @@ TEST_SUITE("unit.os.stack") {
     CHECK(WTERMSIG(r.status) == SIGABRT);
   }
 
+  // Runs fn on stack s (ucontext), with tls_running_stack naming task `id` on s.
+  void run_on_stack(const Stack& s, std::size_t bytes, std::uint64_t id, void (*fn)()) {
+    static ucontext_t main_ctx, task_ctx;
+    getcontext(&task_ctx);
+    task_ctx.uc_stack.ss_sp = s.lo;
+    task_ctx.uc_stack.ss_size = bytes;
+    task_ctx.uc_link = &main_ctx;
+    makecontext(&task_ctx, fn, 0);
+    corun::os::tls_running_stack = {s.lo, bytes, id};
+    swapcontext(&main_ctx, &task_ctx);
+  }
+
+  struct Deep {
+    static int down(int n) {
+      volatile char frame[512];
+      frame[0] = static_cast<char>(n);
+      frame[511] = static_cast<char>(n);
+      if (n > (1 << 30)) return 0;  // never: keeps the compiler from calling it infinite
+      return down(n + 1) + frame[0];
+    }
+    static void entry() { (void)down(0); }
+  };
+
+  TEST_CASE("recursion on an unguarded stack runs down its neighbours to the slab guard: named") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    o.stack_bytes = 32 * 1024;
+    StackAllocator a(o);
+    std::vector<Stack> v;
+    for (int i = 0; i < 4; ++i) v.push_back(a.allocate());
+    REQUIRE(v[0].guarded);  // the slab guard, 3 stacks below v[3]
+    REQUIRE(!v[3].guarded);
+    ChildResult r = run_in_child([&] {
+      corun::os::install_overflow_handler();
+      corun::os::thread_altstack_setup();
+      run_on_stack(v[3], a.stack_bytes(), 314, &Deep::entry);
+    });
+    CHECK(contains(r.err, "corun: task 314 overflowed its stack (32 KiB;"));
+    CHECK(contains(r.err, "fault in a guard page below the stack"));
+    CHECK(r.signaled_abrt());
+  }
+
+  TEST_CASE("a fault while the stack pointer is below an unguarded stack is named") {
+    StackOptions o;
+    o.guard_map_budget = 0;
+    o.stack_bytes = 32 * 1024;
+    StackAllocator a(o);
+    std::vector<Stack> v;
+    for (int i = 0; i < 3; ++i) v.push_back(a.allocate());
+    REQUIRE(!v[2].guarded);
+    static std::byte* lo;
+    lo = v[2].lo;
+    ChildResult r = run_in_child([&] {
+      corun::os::install_overflow_handler();
+      corun::os::thread_altstack_setup();
+      struct Below {
+        // A frame that moves the stack pointer a page below lo (into the unguarded slot's
+        // RW guard page), then a fault elsewhere (a null pointer): the third rule.
+        static void entry() {
+          auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+          std::size_t n = here - reinterpret_cast<std::uintptr_t>(lo) + 2048;
+          volatile char* p = static_cast<volatile char*>(__builtin_alloca(n));
+          p[n - 1] = 1;  // keep it
+          static volatile std::uintptr_t zero = 0;
+          *reinterpret_cast<volatile int*>(zero) = 1;
+        }
+      };
+      run_on_stack(v[2], a.stack_bytes(), 2718, &Below::entry);
+    });
+    CHECK(contains(r.err, "corun: task 2718 overflowed its stack (32 KiB;"));
+    CHECK(contains(r.err, "stack pointer below the stack at a fault"));
+    CHECK(r.signaled_abrt());
+  }
+
   TEST_CASE("a fault that is not a guard-page hit falls through to the previous handler") {
     StackOptions o;
     o.guard_map_budget = 2;
@@ -639,10 +904,10 @@ TEST_SUITE("unit.os.stack") {
   }
 #endif
 
-  // The full-size run: 12.5 GiB of stacks in ~830 slabs, two page faults each (canary and
-  // top page, ~1.6 GB resident). 1.8 s in the release build on this 2-vCPU VM, 2.1 s under
-  // ASan, 6.4 s under TSan (2.5 GB resident with its shadow). Last in the file: TSan keeps
-  // ~3'500 map entries of its own after the slabs are gone, which would eat into the map
+  // The full-size run: 12.5 GiB of stacks in ~830 slabs, one page fault each (the top page,
+  // where the canary of the stack above lies too). 1.8 s in the release build on this 2-vCPU
+  // VM, 2.1 s under ASan, 6.4 s under TSan (2.5 GB resident with its shadow). Last in the file:
+  // TSan keeps ~3'500 map entries of its own after the slabs are gone, which would eat into the map
   // count the auto-budget case above measures (doctest runs cases in file order).
   TEST_CASE("stress: 200'000 stacks of 64 KiB with the auto guard budget") {
     many_stacks(200'000, -1);
