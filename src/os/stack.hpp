@@ -129,6 +129,9 @@
 //    runs), so with fewer than ~16k tasks, the common case, a cold stack would keep its top
 //    page, most of what a shallow task ever touched: trim would return little.
 //  - Segmented / growable stacks (Go): needs compiler support for C++ frames.
+//  - Populating fresh stacks' top pages ahead, in batches (MADV_POPULATE_WRITE): a fresh
+//    page costs the same either way here (3-5 us: the kernel's allocation, zeroing and
+//    memcg charge, not the fault's trap; perf/RESULTS.md, "a million parked tasks").
 //  - Freeing released stacks back to the OS (munmap): carved slots are reused; memory of
 //    stacks beyond keep_hot is returned with MADV_DONTNEED instead, which keeps the
 //    address range and its guard (no map-entry churn, no new mprotect).
