@@ -19,7 +19,8 @@
 //  - a context is done after its own, or an ancestor's, cancel; a deadline context is
 //    never done before its deadline when the reason is deadline_exceeded;
 //  - a pooled object has one owner at a time;
-//  and across all seeds, no descriptor or thread outlives its run (counted in /proc).
+//  and across all seeds, no descriptor or thread outlives its run, and the memory mappings
+//  do not grow with the number of runs (counted in /proc).
 // A failure prints its seed; CORUNTEST_CHAOS_SEED=N replays that one seed,
 // CORUNTEST_CHAOS_SECONDS=S runs seeds for S seconds (default 4 per child process).
 //
@@ -69,6 +70,7 @@ constexpr auto kHang = std::chrono::seconds(kSan ? 60 : 20);  // a wait longer i
 constexpr int kChans = 3;
 constexpr int kMaxMsgs = 4096;  // message ids per seed
 constexpr int kMaxTimers = 256;
+constexpr int kMapsSlack = 64;  // mappings an allocator may add over a child's runs
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -427,6 +429,16 @@ int count_dir(const char* path) {
   return n;
 }
 
+int count_lines(const char* path) {
+  int n = 0;
+  if (std::FILE* f = std::fopen(path, "r")) {
+    for (int c; (c = std::fgetc(f)) != EOF;)
+      if (c == '\n') n++;
+    std::fclose(f);
+  }
+  return n;
+}
+
 double chaos_seconds() {
   const char* e = std::getenv("CORUNTEST_CHAOS_SECONDS");
   double v = e ? std::atof(e) : 4.0;
@@ -499,6 +511,7 @@ int chaos_child(int interrupted_every, bool racer) {
   std::uint64_t base = one ? std::strtoull(one, nullptr, 10) : (std::uint64_t{rd()} << 20);
   run_seed(base, false);  // warm-up: the first run's one-time allocations
   const int fds0 = count_dir("/proc/self/fd"), threads0 = count_dir("/proc/self/task");
+  const int maps0 = count_lines("/proc/self/maps");
   std::unique_ptr<Racer> rc;
   if (racer) {
     rc = std::make_unique<Racer>();
@@ -542,10 +555,21 @@ int chaos_child(int interrupted_every, bool racer) {
     std::this_thread::sleep_for(10ms);
     threads1 = count_dir("/proc/self/task");
   }
-  std::fprintf(stderr, "chaos: %d seeds from %llu; fds %d -> %d, threads %d -> %d\n", n,
-               static_cast<unsigned long long>(base), fds0, fds1, threads0, threads1);
+  const int maps1 = count_lines("/proc/self/maps");
+  std::fprintf(stderr, "chaos: %d seeds from %llu; fds %d -> %d, threads %d -> %d, maps %d -> %d\n",
+               n, static_cast<unsigned long long>(base), fds0, fds1, threads0, threads1, maps0,
+               maps1);
   if (fds1 > fds0 || threads1 > threads0) {
     std::fprintf(stderr, "chaos: descriptors or threads outlived their runs\n");
+    return 1;
+  }
+  // Mappings: each run's stack slabs are unmapped with it; the allocator (jemalloc, or
+  // ASan's) may keep a few more regions, never a number that grows with the seeds. Not
+  // under TSan: its shadow splits into more mappings as memory comes and goes (146 more
+  // after 60 runs, all in its shadow range).
+  if (!CORUN_TSAN && maps1 > maps0 + kMapsSlack) {
+    std::fprintf(stderr, "chaos: memory mappings grew by %d over %d runs (slack %d)\n",
+                 maps1 - maps0, n, kMapsSlack);
     return 1;
   }
   return 0;
