@@ -13,10 +13,15 @@
 // the same channel once), and, if none is ready and there is no otherwise(), queues a
 // waiter on every channel; the first peer to claim the select wins and the rest of its
 // waiters are removed before select returns. Handlers run after every lock is dropped.
+// A case (on_recv, on_send) holds a pointer to its channel, not a handle: building and
+// running a select touches no reference count, so select(on_recv(ctx.done(), ...),
+// otherwise(...)) on a live or a canceled context, from every P, writes no shared line.
 //
 // Beyond API.md: a nil channel (Chan<T>(nullptr) or Chan<T>::nil(), Go's nil chan:
 // never ready, send/recv block forever, close throws std::logic_error), operator bool,
-// operator==, and capacity errors: a negative capacity throws std::invalid_argument
+// operator==, const send/recv/try_send/try_recv/close (they change the channel, not the
+// handle, and API.md's accessors hand out a const Chan<T>&), and capacity errors: a
+// negative capacity throws std::invalid_argument
 // ("corun::Chan: capacity -1 is negative; a capacity is 0 (unbuffered) or more") however
 // it is spelled — any integer type, or a negative number already converted to std::size_t
 // (a std::size_t above INT64_MAX counts as one: no such buffer exists); a capacity whose
@@ -120,15 +125,17 @@ ChanHeader* header_of(const Chan<T>& ch) noexcept {
   return ch.c_;
 }
 
+// A case refers to its channel (API.md: for the duration of the select call only); it
+// holds no handle, so building one touches no reference count.
 template <class T, class F>
 struct RecvCase {
-  Chan<T> ch;
+  ChanHeader* c;  // nullptr: nil channel
   F f;
   RecvSlot<T> out;
 };
 template <class T, class F>
 struct SendCase {
-  Chan<T> ch;
+  ChanHeader* c;
   T v;
   F f;
 };
@@ -148,9 +155,9 @@ void fill_case(C& c, SelectCase& s) {
   if constexpr (is_default_case<D>::value) {
     s = {nullptr, nullptr, false};
   } else if constexpr (requires { c.out; }) {
-    s = {header_of(c.ch), c.out.raw(), false};
+    s = {c.c, c.out.raw(), false};
   } else {
-    s = {header_of(c.ch), &c.v, true};
+    s = {c.c, &c.v, true};
   }
 }
 
@@ -193,8 +200,9 @@ class Chan {
       if (capacity < 0) detail::throw_negative_capacity(static_cast<long long>(capacity));
     c_ = detail::chan_make(static_cast<std::size_t>(capacity), &detail::elem_ops<T>);
   }
-  Chan(std::nullptr_t) noexcept : c_(nullptr) {}  // NOLINT: nil channel, as Go's `var c chan T`
-  static Chan nil() noexcept { return Chan(nullptr); }
+  // NOLINTNEXTLINE: nil channel, as Go's `var c chan T`
+  constexpr Chan(std::nullptr_t) noexcept : c_(nullptr) {}
+  static constexpr Chan nil() noexcept { return Chan(nullptr); }
 
   Chan(const Chan& o) noexcept : c_(o.c_) {
     if (c_) c_->refs.fetch_add(1, std::memory_order_relaxed);
@@ -213,17 +221,19 @@ class Chan {
   }
   void swap(Chan& o) noexcept { std::swap(c_, o.c_); }
 
-  void send(T v) { detail::chan_send(c_, &v); }
-  std::optional<T> recv() {
+  // const: an operation changes the channel, never the handle, so it works through the
+  // const references Context::done() and Timer/Ticker::channel() return.
+  void send(T v) const { detail::chan_send(c_, &v); }
+  std::optional<T> recv() const {
     detail::RecvSlot<T> slot;
     return slot.take(detail::chan_recv(c_, slot.raw()));
   }
-  bool try_send(T v) { return detail::chan_try_send(c_, &v); }
-  std::optional<T> try_recv() {
+  bool try_send(T v) const { return detail::chan_try_send(c_, &v); }
+  std::optional<T> try_recv() const {
     detail::RecvSlot<T> slot;
     return slot.take(detail::chan_try_recv(c_, slot.raw()));
   }
-  void close() { detail::chan_close(c_); }
+  void close() const { detail::chan_close(c_); }
   std::size_t size() const { return detail::chan_size(c_); }
   std::size_t capacity() const { return detail::chan_capacity(c_); }
 
@@ -235,14 +245,25 @@ class Chan {
   detail::ChanHeader* c_;  // nullptr: nil channel
 };
 
+// The case keeps a pointer to ch's channel, not a handle: ch must outlive the select
+// (a temporary, as in on_recv(corun::after(d), f), lives to the end of the select's full
+// expression).
+namespace detail {
+// The nil channel the accessors that return a const Chan<T>& hand out when their object
+// has no channel (Context::background().done(), an after_func Timer's channel()).
+// Constant-initialized: no guard on the read, usable from any static initializer.
+template <class T>
+inline constinit const Chan<T> nil_chan{nullptr};
+}  // namespace detail
+
 template <class T, class F>
-auto on_recv(Chan<T> ch, F f) {
-  return detail::RecvCase<T, F>{std::move(ch), std::move(f), {}};
+auto on_recv(const Chan<T>& ch, F f) {
+  return detail::RecvCase<T, F>{detail::header_of(ch), std::move(f), {}};
 }
 
 template <class T, class U, class F>
-auto on_send(Chan<T> ch, U&& v, F f) {
-  return detail::SendCase<T, F>{std::move(ch), T(std::forward<U>(v)), std::move(f)};
+auto on_send(const Chan<T>& ch, U&& v, F f) {
+  return detail::SendCase<T, F>{detail::header_of(ch), T(std::forward<U>(v)), std::move(f)};
 }
 
 template <class F>
@@ -257,12 +278,12 @@ namespace detail {
 template <class C>
 bool poll_case(C& c) {
   if constexpr (requires { c.out; }) {
-    int r = chan_poll_recv(header_of(c.ch), c.out.raw());
+    int r = chan_poll_recv(c.c, c.out.raw());
     if (r < 0) return false;
     run_case(c, r == 1);
     return true;
   } else {
-    if (!chan_try_send(header_of(c.ch), &c.v)) return false;
+    if (!chan_try_send(c.c, &c.v)) return false;
     c.f();
     return true;
   }

@@ -11,6 +11,7 @@
 // already passed is born with deadline_exceeded. err() is set once and never changes: the
 // first cause wins (cancel() before the deadline gives canceled).
 //
+// done() returns a reference to the channel the node keeps (API.md), not a handle.
 // Invariants: err() != none exactly when done() is closed (as observed by any thread: a
 // cancel in progress makes err() wait for it); deadline() is immutable and is the
 // earlier of the context's own deadline and its parent's; done() never closes before
@@ -81,9 +82,12 @@ class Context {
   }
   void swap(Context& o) noexcept { std::swap(n_, o.n_); }
 
-  // Closed when the context is canceled or its deadline passed; the same channel on
-  // every call. background(): a nil channel (never ready).
-  Chan<std::monostate> done() const;
+  // Closed when the context is canceled or its deadline passed; the same object on every
+  // call, good while the node lives (at least as long as this handle): copy it
+  // (Chan<std::monostate> c = ctx.done();) to keep it longer. Returning a reference lets
+  // select(on_recv(ctx.done(), ...)) run without touching a reference count, which every
+  // P would otherwise write. background(): a static nil channel (never ready).
+  const Chan<std::monostate>& done() const;
   ContextError err() const noexcept;
   std::optional<Clock::time_point> deadline() const noexcept;
 

@@ -15,7 +15,7 @@
 // exactly when it removed the timer before that decision.
 //
 // Beyond API.md: a default-constructed (or moved-from) Timer is empty — stop() and
-// reset() return false, channel() returns a nil channel; Timer::active(); Ticker is
+// reset() return false, channel() refers to a nil channel; Timer::active(); Ticker is
 // move-only. Durations saturate: now + Duration::max() is "never", without overflow.
 // Rejected: std::function in the handle (a second allocation per timer; the library keeps
 // fn in the record it allocates anyway); a templated after_func (API.md fixes the
@@ -39,7 +39,7 @@ void timer_release(TimerRec* t) noexcept;  // drops the handle's reference
 bool timer_stop(TimerRec* t) noexcept;
 bool timer_reset(TimerRec* t, Duration d);
 bool timer_active(TimerRec* t) noexcept;
-Chan<Clock::time_point> timer_channel(TimerRec* t);
+const Chan<Clock::time_point>& timer_channel(TimerRec* t) noexcept;  // the record's
 }  // namespace detail
 
 // Blocks the calling task (or thread, outside the runtime) for at least d; d <= 0
@@ -69,10 +69,13 @@ class Timer {
   // Re-arms the timer to fire d from now (on the caller's P); true if it had been
   // active. A stopped or fired timer can be reset. False on an empty handle.
   bool reset(Duration d) { return rec_ && detail::timer_reset(rec_, d); }
-  // Timers from new_timer(): the channel the firing time is sent on (capacity 1).
-  // after_func timers and empty handles: a nil channel.
-  Chan<Clock::time_point> channel() const {
-    return rec_ ? detail::timer_channel(rec_) : Chan<Clock::time_point>(nullptr);
+  // Timers from new_timer(): the channel the firing time is sent on (capacity 1), the
+  // same object on every call; after_func timers and empty handles: one static nil
+  // channel. The reference is good while the record lives — at least as long as this
+  // handle, or the handle it is moved to; copy it (Chan c = t.channel();) to keep it
+  // longer.
+  const Chan<Clock::time_point>& channel() const noexcept {
+    return rec_ ? detail::timer_channel(rec_) : detail::nil_chan<Clock::time_point>;
   }
   bool active() const noexcept { return rec_ && detail::timer_active(rec_); }
 
@@ -108,7 +111,9 @@ class Ticker {
   // Stops the ticker and restarts it with the new period, the next tick one period from
   // now. period <= 0 throws std::invalid_argument (and leaves the ticker as it was).
   void reset(Duration period);
-  Chan<Clock::time_point> channel() const { return t_.channel(); }
+  // The same object on every call, good while this Ticker (or the one it is moved to)
+  // lives; reset() keeps it.
+  const Chan<Clock::time_point>& channel() const noexcept { return t_.channel(); }
 
  private:
   Timer t_;

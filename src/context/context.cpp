@@ -16,7 +16,8 @@
 // runs in its own task, with no context lock held.
 //
 // Guarded by n->lock: n->first (children), n->timer, and n->done until n->done_set is
-// true (from then on n->done is read-only and done() reads it without the lock).
+// true (from then on n->done is read-only and done() reads it without the lock and
+// returns a reference to it, good while the node lives).
 // Guarded by the parent's lock: n->prev, n->next, n->linked. Immutable after creation:
 // n->parent, n->deadline, n->has_deadline. Owned by the one canceller that set n's
 // error: n->unref_next.
@@ -113,7 +114,7 @@ void unref(ContextNode* n) noexcept {
   if (n->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) context_destroy(n);
 }
 
-Chan<std::monostate> closed_chan() {
+const Chan<std::monostate>& closed_chan() {
   static const Chan<std::monostate> c = [] {
     Chan<std::monostate> ch(0);
     ch.close();
@@ -302,9 +303,9 @@ using detail::ContextNode;
 using detail::kSettled;
 using detail::node_of;
 
-Chan<std::monostate> Context::done() const {
+const Chan<std::monostate>& Context::done() const {
   ContextNode* n = node_of(*this);
-  if (!n) return Chan<std::monostate>(nullptr);  // background: never done
+  if (!n) return detail::nil_chan<std::monostate>;  // background: never done
   // acquire: the handle was stored before done_set, and is never stored again.
   if (n->done_set.load(std::memory_order_acquire)) return n->done;
   base::Guard g(n->lock);

@@ -161,8 +161,10 @@ bool timer_active(TimerRec* t) noexcept {
   return Timers::active(t);  // a snapshot, stale by the time the caller looks at it
 }
 
-Chan<Clock::time_point> timer_channel(TimerRec* t) {
-  return t->ch;  // nil for after_func timers
+const Chan<Clock::time_point>& timer_channel(TimerRec* t) noexcept {
+  // The record's channel lives as long as the record; after_func timers have none and
+  // hand out the static nil one, as empty handles do.
+  return t->kind == TimerKind::chan ? t->ch : nil_chan<Clock::time_point>;
 }
 
 }  // namespace corun::detail
@@ -191,7 +193,9 @@ Timer new_timer(Duration d) {
 }
 
 Chan<Clock::time_point> after(Duration d) {
-  return new_timer(d).channel();  // the heap's reference keeps it until it fires
+  // A copy of the handle, made before the temporary Timer goes: the heap's reference to
+  // the record keeps the timer until it fires, the copy keeps the channel.
+  return new_timer(d).channel();
 }
 
 Ticker::Ticker(Duration period) {

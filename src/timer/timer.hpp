@@ -48,7 +48,8 @@ struct TimerRec final : sched::TimerNode {
   std::atomic<std::uint32_t> refs{1};              // acq_rel decrement, see lifetime above
   base::Lock<base::LockRank::timer_rec> mu;        // arm/stop/reset of this record
   std::function<void()> fn;                        // func: immutable after creation
-  Chan<Clock::time_point> ch{nullptr};             // chan: immutable after creation
+  Chan<Clock::time_point> ch{nullptr};             // chan: immutable after creation;
+                                                   // Timer::channel() hands out &ch
   base::Lock<base::LockRank::timer_send> send_mu;  // chan: a firer's clock read and send
 
   void fire(std::int64_t now) noexcept override;  // timer.cpp

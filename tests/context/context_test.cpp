@@ -35,7 +35,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "context/context_internal.hpp"
@@ -143,6 +145,101 @@ TEST_SUITE("rt.context") {
       check_state(c2, ContextError::canceled, "done() after cancel");
     };
     body();
+    t::run(body);
+  }
+
+  // API.md: done() returns a reference to the handle the node keeps; a copy outlives it.
+  static_assert(std::is_same_v<decltype(std::declval<const Context&>().done()),
+                               const corun::Chan<std::monostate>&>);
+
+  TEST_CASE("done() is a reference to one channel per node; background's is a static nil") {
+    auto body = [] {
+      const Chan<std::monostate>* nil = &Context::background().done();
+      CHECK(&Context().done() == nil);  // every background shares it
+      CHECK(!*nil);
+      auto [c, cancel] = corun::with_cancel(Context::background());
+      const Chan<std::monostate>* d = &c.done();
+      CHECK(d != nil);
+      CHECK(&c.done() == d);  // the same object on every call
+      Context c2 = c;
+      CHECK(&c2.done() == d);  // and from every handle of the node
+      auto [child, cancel_child] = corun::with_cancel(c);
+      CHECK(&child.done() != d);
+      cancel();
+      CHECK(&c.done() == d);  // canceling closes it in place
+      CHECK(&child.done() == &child.done());
+      CHECK(is_done(child));
+      cancel_child();
+    };
+    body();
+    t::run(body);
+  }
+
+  TEST_CASE("a copy of done() keeps working after every handle of its context is gone") {
+    auto body = [] {
+      long live0 = live_nodes();
+      Chan<std::monostate> live_copy(nullptr), canceled_copy(nullptr);
+      {
+        auto [c, cancel] = corun::with_cancel(Context::background());
+        live_copy = c.done();
+        auto [c2, cancel2] = corun::with_cancel(Context::background());
+        canceled_copy = c2.done();
+        cancel2();
+        cancel();  // closes live_copy's channel: API.md's "copy the handle" sentence
+      }            // both nodes freed: every Context and CancelFunc is gone
+      if (live0 >= 0) CHECK(live_nodes_settled(live0) == live0);
+      CHECK_FALSE(live_copy.recv().has_value());  // closed: does not block
+      CHECK_FALSE(canceled_copy.try_recv().has_value());
+      CHECK(corun::select(corun::on_recv(live_copy, [] {}), corun::otherwise([] {})) == 0);
+      // A copy taken before the context is canceled, the context dropped uncanceled.
+      Chan<std::monostate> open_copy(nullptr);
+      {
+        auto [c, cancel] = corun::with_cancel(Context::background());
+        open_copy = c.done();
+      }
+      if (live0 >= 0) CHECK(live_nodes_settled(live0) == live0);
+      CHECK(corun::select(corun::on_recv(open_copy, [] {}), corun::otherwise([] {})) == 1);
+    };
+    body();
+    t::run(body);
+  }
+
+  TEST_CASE("select(on_recv(ctx.done()), ...) copies no channel handle") {
+    // The channel's reference count, seen from inside the handlers (while the select and
+    // its cases are alive) and after it: a case holding a handle would show one more.
+    auto body = [] {
+      auto [c, cancel] = corun::with_cancel(Context::background());
+      auto refs = [&] { return corun::detail::header_of(c.done())->refs.load(); };
+      const std::size_t before = refs();
+      std::size_t seen = 0;
+      // Live: the one-case + otherwise() fast path runs otherwise().
+      CHECK(corun::select(corun::on_recv(c.done(), [&] { seen = 0; }),
+                          corun::otherwise([&] { seen = refs(); })) == 1);
+      CHECK(seen == before);
+      // The general path (select_impl), two channel cases and otherwise().
+      corun::Timer tm = corun::new_timer(kLong);
+      const std::size_t tm_before = corun::detail::header_of(tm.channel())->refs.load();
+      std::size_t tm_seen = 0;
+      CHECK(corun::select(corun::on_recv(c.done(), [&] { seen = 0; }),
+                          corun::on_recv(tm.channel(), [&] { seen = 0; }), corun::otherwise([&] {
+                            seen = refs();
+                            tm_seen = corun::detail::header_of(tm.channel())->refs.load();
+                          })) == 2);
+      CHECK(seen == before);
+      CHECK(tm_seen == tm_before);
+      tm.stop();
+      cancel();
+      // Canceled: the receive case runs, on both paths.
+      seen = 0;
+      CHECK(corun::select(corun::on_recv(c.done(), [&] { seen = refs(); }),
+                          corun::otherwise([&] { seen = 0; })) == 0);
+      CHECK(seen == before);
+      seen = 0;
+      CHECK(corun::select(corun::on_recv(c.done(), [&] { seen = refs(); }),
+                          corun::on_recv(tm.channel(), [&] { seen = 0; })) == 0);
+      CHECK(seen == before);
+      CHECK(refs() == before);
+    };
     t::run(body);
   }
 

@@ -58,6 +58,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "support.hpp"
@@ -279,6 +281,56 @@ TEST_SUITE("rt.timer") {
       CHECK_FALSE(a.stop());    // NOLINT(bugprone-use-after-move)
       CHECK(b.active());
       CHECK(b.stop());
+    });
+  }
+
+  // API.md: channel() returns a reference to the channel the record keeps.
+  static_assert(std::is_same_v<decltype(std::declval<const corun::Timer&>().channel()),
+                               const corun::Chan<TimePoint>&>);
+  static_assert(std::is_same_v<decltype(std::declval<const corun::Ticker&>().channel()),
+                               const corun::Chan<TimePoint>&>);
+
+  TEST_CASE("channel(): one object per timer, kept across move and reset; nil is static") {
+    trun("channel reference", [] {
+      const corun::Chan<TimePoint>* nil = &corun::Timer().channel();
+      CHECK_FALSE(*nil);
+      corun::Timer f = corun::after_func(1h, [] {});
+      CHECK(&f.channel() == nil);  // after_func: the shared static nil channel
+      corun::Timer tm = corun::new_timer(1h);
+      const corun::Chan<TimePoint>* p = &tm.channel();
+      CHECK(p != nil);
+      CHECK(&tm.channel() == p);
+      CHECK(tm.reset(1ms));
+      CHECK(&tm.channel() == p);
+      CHECK(p->recv().has_value());  // through the reference: send/recv are const
+      corun::Timer moved = std::move(tm);
+      CHECK(&moved.channel() == p);  // the reference follows the record
+      CHECK(&tm.channel() == nil);   // NOLINT(bugprone-use-after-move): moved-from is empty
+      // select through the references copies no handle: the count is the same inside.
+      const std::size_t refs = corun::detail::header_of(moved.channel())->refs.load();
+      std::size_t seen = 0;
+      CHECK(corun::select(
+                corun::on_recv(moved.channel(), [](std::optional<TimePoint>) {}),
+                corun::on_recv(f.channel(), [](std::optional<TimePoint>) {}),
+                corun::otherwise([&] { seen = corun::detail::header_of(*p)->refs.load(); })) == 2);
+      CHECK(seen == refs);
+      CHECK(f.stop());
+
+      corun::Ticker tk(1ms);
+      const corun::Chan<TimePoint>* q = &tk.channel();
+      CHECK(&tk.channel() == q);
+      CHECK(q->recv().has_value());
+      tk.reset(2ms);
+      CHECK(&tk.channel() == q);
+      corun::Ticker tk2 = std::move(tk);
+      CHECK(&tk2.channel() == q);
+      corun::Chan<TimePoint> copy = tk2.channel();  // outlives the Ticker
+      CHECK(copy.recv().has_value());
+      tk2 = corun::Ticker(1h);  // stops and releases the first ticker's record
+      CHECK(&tk2.channel() != q);
+      corun::sleep(5ms);
+      copy.try_recv();  // at most one tick was buffered; the copy still works
+      CHECK(copy.capacity() == 1);
     });
   }
 
