@@ -160,16 +160,18 @@ int pick(Rng& r, int lo, int hi) {  // [lo, hi]
   return std::uniform_int_distribution<int>(lo, hi)(r);
 }
 
-void use_pool(Seed& s) {
-  std::unique_ptr<Pooled> p = s.pool.get();
-  if (!p) {
-    s.fail.add("pool with make() returned nullptr");
-    return;
-  }
+// One get/put of `pool`, checking that the object has one owner at a time.
+void use_pool(corun::Pool<Pooled>& pool, Failures& fail) {
+  std::unique_ptr<Pooled> p = pool.get();
+  if (!p) return fail.add("pool with make() returned nullptr");
   if (p->owners.fetch_add(1, std::memory_order_acq_rel) != 0)
-    s.fail.add("a pooled object was handed to two owners");
+    fail.add("a pooled object was handed to two owners");
   p->owners.fetch_sub(1, std::memory_order_acq_rel);
-  s.pool.put(std::move(p));
+  pool.put(std::move(p));
+}
+
+void use_pool(Seed& s) {
+  use_pool(s.pool, s.fail);
 }
 
 void arm_timer(Seed& s, Rng& r) {
@@ -474,12 +476,7 @@ struct Racer {
     }
   }
   void use_pool() {
-    std::unique_ptr<Pooled> p = pool.get();
-    if (!p) return fail.add("racer: pool with make() returned nullptr");
-    if (p->owners.fetch_add(1, std::memory_order_acq_rel) != 0)
-      fail.add("racer: a pooled object was handed to two owners");
-    p->owners.fetch_sub(1, std::memory_order_acq_rel);
-    pool.put(std::move(p));
+    ::use_pool(pool, fail);
     pooled.fetch_add(1, std::memory_order_relaxed);
   }
   void start(std::uint64_t seed) {
