@@ -201,8 +201,16 @@ const Var kVars[] = {
      [](Settings& s, const VarDoc& d, std::string_view v) {
        s.timerslack_ns = number(d, v, 1, 1000000000);
      }},
+    {{"CORUN_TIMER_SPIN", "auto", "auto or off",
+      "auto: the runtime measures how late the kernel wakes it and, for a deadline nearer "
+      "than that, spins instead, waking that much early for farther ones; off: sleep to the "
+      "deadline (spin only for the last 10 us)"},
+     [](Settings& s, const VarDoc& d, std::string_view v) {
+       s.timer_spin_auto = word(d, v, "auto", "off");
+     }},
     {{"CORUN_TIMER_SPIN_NS", "0", "a whole number from 0 to 10000000",
-      "wake this many ns before a deadline and spin the rest (CPU for precision)"},
+      "a fixed early wake in ns before a deadline, spinning the rest (replaces the measured "
+      "one); 0: as CORUN_TIMER_SPIN says"},
      [](Settings& s, const VarDoc& d, std::string_view v) {
        s.timer_spin_ns = number(d, v, 0, 10000000);
      }},
@@ -408,6 +416,7 @@ std::string describe(const Settings& s) {
   out += " runnext_backoff=" + format_backoff(s.runnext_backoff);
   out += s.timers == TimerMode::per_p ? " timers=per-p" : " timers=global";
   out += " timerslack_ns=" + std::to_string(s.timerslack_ns);
+  out += s.timer_spin_auto ? " timer_spin=auto" : " timer_spin=off";
   out += " timer_spin_ns=" + std::to_string(s.timer_spin_ns);
   out += s.netpoll_timerfd ? " netpoll_wait=timerfd" : " netpoll_wait=pwait2";
   out += s.pool == PoolMode::sharded ? " pool=sharded" : " pool=global";

@@ -72,7 +72,8 @@ struct Settings {
   Backoff runnext_backoff;              // CORUN_RUNNEXT_BACKOFF spin:NS | usleep:US | yield
   TimerMode timers = TimerMode::per_p;  // CORUN_TIMERS per-p|global
   std::uint64_t timerslack_ns = 1000;   // CORUN_TIMERSLACK_NS 1..1000000000
-  std::uint64_t timer_spin_ns = 0;      // CORUN_TIMER_SPIN_NS 0..10000000
+  bool timer_spin_auto = true;          // CORUN_TIMER_SPIN auto|off
+  std::uint64_t timer_spin_ns = 0;      // CORUN_TIMER_SPIN_NS 0..10000000 (0: auto or off)
   bool netpoll_timerfd = false;         // CORUN_NETPOLL_WAIT pwait2|timerfd
   PoolMode pool = PoolMode::sharded;    // CORUN_POOL sharded|global
   std::uint64_t pool_trim_ms = 5000;    // CORUN_POOL_TRIM_MS 1..3600000
@@ -115,7 +116,7 @@ Settings settings_from_environment();
 std::string format_backoff(const Backoff& b);
 
 // One line for CORUN_DEBUG output, e.g. "procs=2 pin=on numa=auto runnext_backoff=spin:3000
-// timers=per-p timerslack_ns=1000 timer_spin_ns=0 netpoll_wait=pwait2 pool=sharded
+// timers=per-p timerslack_ns=1000 timer_spin=auto timer_spin_ns=0 netpoll_wait=pwait2 pool=sharded
 // pool_trim_ms=5000 stack_kb=default schedtrace_ms=off stealorder=0" (unset procs/stack_kb print
 // "default").
 std::string describe(const Settings& s);

@@ -5,14 +5,20 @@
 // (netpoll.hpp: epoll_pwait2 with a nanosecond timeout to that deadline), its wakers
 // setting the note and then breaking the poll; tasks the poll readied go to the P it
 // takes (M::polled) or, with every P busy, to the global queue; under the runtime threads' timer
-// slack (CORUN_TIMERSLACK_NS); with CORUN_TIMER_SPIN_NS it wakes that much early and spins the
-// rest. On waking it takes Runtime::lock to tell "handed a P" (startm set nextp) from "a timer is
-// due": for due timers it takes its own last P if that is idle (its thread is pinned to that P's
-// CPU) and returns, so find_runnable runs them and the tasks they ready; when every P is busy it
-// runs them itself, and what they ready goes through the global queue. Rejected: running due timers
-// here always, without a P (their tasks would always go through the global queue and wait for some
-// P's 61st schedule or idle look).
+// slack (CORUN_TIMERSLACK_NS); it wakes as early as the kernel is measured to wake it late
+// (TimerSpin in idle.hpp; CORUN_TIMER_SPIN_NS fixes the amount, CORUN_TIMER_SPIN=off turns it
+// off) and spins the rest, so a timer's lateness is the spin's, not the kernel's, for at
+// most one spin (<= 200 µs) per sleep: a sparse timer still sleeps, an idle runtime without
+// timers sleeps with no deadline. On waking it takes Runtime::lock to tell "handed a P" (startm set
+// nextp) from "a timer is due": for due timers it takes its own last P if that is idle (its thread
+// is pinned to that P's CPU) and returns, so find_runnable runs them and the tasks they ready; when
+// every P is busy it runs them itself, and what they ready goes through the global queue. Rejected:
+// running due timers here always, without a P (their tasks would always go through the global queue
+// and wait for some P's 61st schedule or idle look).
 #include "sched/idle.hpp"
+
+#include <algorithm>
+#include <cerrno>
 
 #include "arch/cpu.hpp"
 #include "base/probes.hpp"
@@ -23,22 +29,59 @@ namespace corun::sched {
 
 namespace {
 
-// Sleeps on m's note until `until` (absolute monotonic ns) or a wake-up. With
-// CORUN_TIMER_SPIN_NS, wakes that much early and spins the rest, watching the note.
-void sleep_precise(M* m, std::int64_t until) noexcept {
-  const auto spin = static_cast<std::int64_t>(m->rt->settings.timer_spin_ns);
-  if (spin > 0) {
-    if (m->park.sleep_until(static_cast<std::uint64_t>(until - spin))) return;
-    while (!m->park.is_set() && static_cast<std::int64_t>(os::monotonic_ns()) < until)
-      arch::cpu_relax();
-    return;
-  }
-  m->park.sleep_until(static_cast<std::uint64_t>(until));
+// Spins (PAUSE, a clock read each) until `until` or the note is set.
+void spin_until(M* m, std::int64_t until) noexcept {
+  while (!m->park.is_set() && static_cast<std::int64_t>(os::monotonic_ns()) < until)
+    arch::cpu_relax();
+}
+
+// After a timed sleep for `target`: if it timed out (not woken, the time has come), how
+// late the kernel was goes into the estimate.
+void note_sleep(M* m, std::int64_t target) noexcept {
+  if (m->park.is_set()) return;
+  const auto late = static_cast<std::int64_t>(os::monotonic_ns()) - target;
+  if (late >= 0) idle_note_late(m->rt, late);
+}
+
+// How early this sleep wakes: none while a P spins for the near deadline (it runs it).
+std::int64_t early_for(const Runtime* rt) noexcept {
+  if (rt->idle.spin.spinner.load(std::memory_order_acquire)) return 0;
+  return idle_early_ns(rt);
 }
 
 constexpr std::int64_t kShortWaitNs = 10'000;
 
 }  // namespace
+
+std::int64_t idle_early_ns(const Runtime* rt) noexcept {
+  if (rt->settings.timer_spin_ns > 0) return static_cast<std::int64_t>(rt->settings.timer_spin_ns);
+  if (!rt->settings.timer_spin_auto) return 0;
+  return rt->idle.spin.late_ns.load(std::memory_order_relaxed);
+}
+
+void idle_note_late(Runtime* rt, std::int64_t late) noexcept {
+  auto& est = rt->idle.spin.late_ns;
+  est.store(TimerSpin::next(est.load(std::memory_order_relaxed), late), std::memory_order_relaxed);
+}
+
+void idle_calibrate(Runtime* rt) noexcept {
+  constexpr int kSamples = 7;
+  constexpr std::int64_t kAskNs = 20'000;
+  std::atomic<std::uint32_t> word{0};  // nobody wakes it: every wait times out
+  std::int64_t late[kSamples];
+  int n = 0;
+  for (; n < kSamples && !rt->stopping.load(std::memory_order_relaxed); n++) {
+    const auto target = static_cast<std::int64_t>(os::monotonic_ns()) + kAskNs;
+    const timespec ts = os::to_timespec(static_cast<std::uint64_t>(target));
+    while (os::futex_wait_until(&word, 0, ts) != ETIMEDOUT) {
+    }
+    late[n] = static_cast<std::int64_t>(os::monotonic_ns()) - target;
+  }
+  if (n < kSamples) return;
+  std::sort(late, late + n);
+  // The 6th of 7: an upper quantile, like the running estimate's envelope.
+  rt->idle.spin.late_ns.store(std::min(late[n - 2], TimerSpin::kMaxNs), std::memory_order_relaxed);
+}
 
 bool idle_try_become(Runtime* rt, M* m) noexcept {
   M* w = rt->idle.waiter.load(std::memory_order_relaxed);
@@ -51,25 +94,29 @@ bool idle_try_become(Runtime* rt, M* m) noexcept {
 }
 
 // The waiter's sleep until `until`: in the poller once the runtime has descriptors (its
-// wakers break it, idle_wake_waiter), else on its note. Returns what the poller readied.
+// wakers break it, idle_wake_waiter), else on its note; woken idle_early_ns before it and
+// spinning the rest. Returns what the poller readied.
 Task* idle_block(M* m, std::int64_t until) {
   Runtime* rt = m->rt;
-  if (!rt->netpoll.inited.load(std::memory_order_acquire)) {
-    if (until != TimerHeap::kNever)
-      sleep_precise(m, until);
-    else
+  const bool polls = rt->netpoll.inited.load(std::memory_order_acquire);
+  if (until == TimerHeap::kNever) {
+    if (!polls) {
       m->park.sleep();
-    return nullptr;
+      return nullptr;
+    }
+    if (m->park.is_set()) return nullptr;  // woken already (a waker sets it, then breaks)
+    return netpoll(rt, until, &m->park);
   }
-  if (m->park.is_set()) return nullptr;  // woken already (a waker sets it, then breaks)
-  const auto spin = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
-  if (spin > 0 && until != TimerHeap::kNever) {
-    if (Task* l = netpoll(rt, until - spin, &m->park)) return l;
-    while (!m->park.is_set() && static_cast<std::int64_t>(os::monotonic_ns()) < until)
-      arch::cpu_relax();
-    return nullptr;
+  const std::int64_t target = until - early_for(rt);
+  if (!polls) {
+    if (m->park.sleep_until(static_cast<std::uint64_t>(target))) return nullptr;
+  } else {
+    if (m->park.is_set()) return nullptr;
+    if (Task* l = netpoll(rt, target, &m->park)) return l;
   }
-  return netpoll(rt, until, &m->park);
+  note_sleep(m, target);
+  spin_until(m, until);
+  return nullptr;
 }
 
 void idle_wait(M* m) {
@@ -175,17 +222,22 @@ void idle_wake(Runtime* rt, std::int64_t when) noexcept {
 bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
   std::int64_t e = rt->timers.next();
   if (e == TimerHeap::kNever) return false;
-  std::int64_t window = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
-  if (window < kShortWaitNs) window = kShortWaitNs;
+  std::int64_t window = std::max(idle_early_ns(rt), kShortWaitNs);
   if (e - now > window) return false;
-  // A futex sleep can wake 10-20 µs late even with 1 ns slack, and the sleep and wake cost
-  // ~5 µs of syscalls: wait here, holding the P, as Go's spinning Ms do.
+  // One spinner: the others idle, and the waiter among them sleeps to the deadline.
+  auto& spinner = rt->idle.spin.spinner;
+  if (spinner.load(std::memory_order_relaxed) || spinner.exchange(true, std::memory_order_acquire))
+    return false;
+  // Nearer than a sleep can honour (a futex wake-up comes 10-45 µs late in a VM even with
+  // 1 ns slack, and costs ~5 µs of syscalls): wait here, holding the P, as Go's spinning
+  // Ms do.
   while (static_cast<std::int64_t>(os::monotonic_ns()) < e) {
     arch::cpu_relax();  // one PAUSE per clock read: the wait is short
     if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
         rt->stopping.load(std::memory_order_relaxed))
       break;
   }
+  spinner.store(false, std::memory_order_release);
   return true;
 }
 

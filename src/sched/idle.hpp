@@ -38,10 +38,41 @@ struct M;
 struct P;
 struct Runtime;
 
+// How late the kernel wakes the idle waiter (CORUN_TIMER_SPIN=auto): an estimate learned
+// from the runtime's own timed sleeps, so that a deadline nearer than it is spun for and a
+// farther one is slept for until that much before it, then spun for.
+//   late_ns   ns; an upper envelope of recent oversleeps (rises by 1/4 of a larger sample,
+//             falls by 1/32 of a smaller one: a fraction of the wake-ups still land late,
+//             but not half of them, as a mean would leave). Written by sysmon's start-up
+//             calibration and then by the waiter after each sleep that timed out (one
+//             waiter at a time; a lost update between the two is harmless); read by any
+//             P. Relaxed: a hint that orders nothing.
+//   spinner   true while one P spins for a near deadline (idle_spin_short) — one at a time,
+//             the others idle (on 128 cores, 127 Ps spinning for one timer would burn 127
+//             cores for it); the waiter then sleeps to the deadline without spinning.
+//             acquire/release on the claim/release pair, though it guards no data: the
+//             order only keeps the hint fresh.
+// Rejected: a fixed spin (CORUN_TIMER_SPIN_NS, still accepted): 10-45 µs wake-ups in a
+// VM, 2-5 µs on bare metal — no constant suits both; the mean oversleep (half the wake-ups
+// late); calibrating only at start (the host's load changes).
+struct TimerSpin {
+  static constexpr std::int64_t kInitialNs = 10'000;  // until calibrated
+  static constexpr std::int64_t kMaxNs = 200'000;     // never spin longer per wait
+  std::atomic<std::int64_t> late_ns{kInitialNs};
+  std::atomic<bool> spinner{false};
+  // The estimate after one more observed oversleep `late` (pure).
+  static constexpr std::int64_t next(std::int64_t e, std::int64_t late) noexcept {
+    if (late > kMaxNs) late = kMaxNs;  // a preempted vCPU is no sample
+    if (late < 0) late = 0;
+    return e + (late > e ? (late - e) / 4 : (late - e) / 32);
+  }
+};
+
 struct IdleWait {
   static constexpr std::int64_t kNone = INT64_MIN;
   std::atomic<M*> waiter{nullptr};
   std::atomic<std::int64_t> until{kNone};
+  TimerSpin spin;
 };
 
 // Under Runtime::lock: if nobody waits, m becomes the waiter (its note cleared) and the
@@ -64,9 +95,18 @@ bool idle_has_waiter(const Runtime* rt) noexcept;
 void idle_wake(Runtime* rt, std::int64_t when) noexcept;
 
 // Before idling P p at `now`: if the earliest timer of any P is due within the spin
-// window (max(10 µs, CORUN_TIMER_SPIN_NS)) — closer than a futex sleep can honour — spins
-// for it (PAUSE, clock-checked), leaving early if work shows up in p's queue or the global
-// queue. True if it spun (the caller looks again).
+// window (max(10 µs, idle_early_ns)) — closer than a sleep can honour — and no other P
+// spins for one, spins for it (PAUSE, clock-checked), leaving early if work shows up in
+// p's queue or the global queue. True if it spun (the caller looks again).
 bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept;
+
+// How early a timed idle sleep wakes to spin for its deadline: CORUN_TIMER_SPIN_NS if set,
+// else the measured wake-up lateness (auto), else 0 (off).
+std::int64_t idle_early_ns(const Runtime* rt) noexcept;
+// Folds one observed oversleep (ns past the wake time asked for) into the estimate.
+void idle_note_late(Runtime* rt, std::int64_t late_ns) noexcept;
+// sysmon's start: a few short timed futex sleeps of its own set the first estimate, so
+// the first timers need not wait for the waiter to learn it. Returns early at shutdown.
+void idle_calibrate(Runtime* rt) noexcept;
 
 }  // namespace corun::sched

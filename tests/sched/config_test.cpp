@@ -56,9 +56,10 @@ const char* accepted_of(const std::string& name) {
 }
 
 const std::vector<std::string> kExpectedNames = {
-    "CORUN_PROCS",  "CORUN_PIN",           "CORUN_NUMA",          "CORUN_RUNNEXT_BACKOFF",
-    "CORUN_TIMERS", "CORUN_TIMERSLACK_NS", "CORUN_TIMER_SPIN_NS", "CORUN_NETPOLL_WAIT",
-    "CORUN_POOL",   "CORUN_POOL_TRIM_MS",  "CORUN_STACK_KB",      "CORUN_DEBUG",
+    "CORUN_PROCS",        "CORUN_PIN",           "CORUN_NUMA",         "CORUN_RUNNEXT_BACKOFF",
+    "CORUN_TIMERS",       "CORUN_TIMERSLACK_NS", "CORUN_TIMER_SPIN",   "CORUN_TIMER_SPIN_NS",
+    "CORUN_NETPOLL_WAIT", "CORUN_POOL",          "CORUN_POOL_TRIM_MS", "CORUN_STACK_KB",
+    "CORUN_DEBUG",
 };
 
 // Saves all CORUN_* variables, clears them; the destructor clears and restores them.
@@ -144,6 +145,7 @@ TEST_SUITE("unit.config") {
     CHECK(one("CORUN_RUNNEXT_BACKOFF", "spin:3000") == Settings{});
     CHECK(one("CORUN_TIMERS", "per-p") == Settings{});
     CHECK(one("CORUN_TIMERSLACK_NS", "1000") == Settings{});
+    CHECK(one("CORUN_TIMER_SPIN", "auto") == Settings{});
     CHECK(one("CORUN_TIMER_SPIN_NS", "0") == Settings{});
     CHECK(one("CORUN_NETPOLL_WAIT", "pwait2") == Settings{});
     CHECK(one("CORUN_POOL", "sharded") == Settings{});
@@ -187,6 +189,8 @@ TEST_SUITE("unit.config") {
       CHECK(one("CORUN_TIMERS", "global").timers == TimerMode::global);
       CHECK(one("CORUN_POOL", "sharded").pool == PoolMode::sharded);
       CHECK(one("CORUN_POOL", "global").pool == PoolMode::global);
+      CHECK(one("CORUN_TIMER_SPIN", "auto").timer_spin_auto);
+      CHECK_FALSE(one("CORUN_TIMER_SPIN", "off").timer_spin_auto);
     }
     SUBCASE("numeric ranges, both ends") {
       CHECK(one("CORUN_TIMERSLACK_NS", "1").timerslack_ns == 1);
@@ -220,6 +224,7 @@ TEST_SUITE("unit.config") {
                                          {"CORUN_POOL", "global"},
                                          {"CORUN_NETPOLL_WAIT", "timerfd"},
                                          {"CORUN_TIMER_SPIN_NS", "20000"},
+                                         {"CORUN_TIMER_SPIN", "off"},
                                          {"CORUN_TIMERSLACK_NS", "1"},
                                          {"CORUN_TIMERS", "global"},
                                          {"CORUN_RUNNEXT_BACKOFF", "usleep:100"},
@@ -228,7 +233,8 @@ TEST_SUITE("unit.config") {
                                          {"CORUN_PROCS", "3"}});
       CHECK(corun::sched::describe(s) ==
             "procs=3 pin=off numa=off runnext_backoff=usleep:100 timers=global timerslack_ns=1 "
-            "timer_spin_ns=20000 netpoll_wait=timerfd pool=global pool_trim_ms=100 stack_kb=128 "
+            "timer_spin=off timer_spin_ns=20000 netpoll_wait=timerfd pool=global pool_trim_ms=100 "
+            "stack_kb=128 "
             "schedtrace_ms=10 stealorder=1");
     }
   }
@@ -281,6 +287,8 @@ TEST_SUITE("unit.config") {
         {"CORUN_TIMERSLACK_NS", "0", "from 1 to 1000000000"},
         {"CORUN_TIMERSLACK_NS", "1000000001", "from 1 to 1000000000"},
         {"CORUN_TIMERSLACK_NS", "1e3", "from 1 to 1000000000"},
+        {"CORUN_TIMER_SPIN", "on", "auto or off"},
+        {"CORUN_TIMER_SPIN", "20000", "auto or off"},
         {"CORUN_TIMER_SPIN_NS", "10000001", "from 0 to 10000000"},
         {"CORUN_TIMER_SPIN_NS", "-0", "from 0 to 10000000"},
         {"CORUN_NETPOLL_WAIT", "epoll", "pwait2 or timerfd"},
@@ -485,7 +493,8 @@ TEST_SUITE("unit.config") {
     CHECK(corun::sched::format_backoff(Backoff{BackoffKind::yield, 0}) == "yield");
     CHECK(corun::sched::describe(Settings{}) ==
           "procs=default pin=on numa=auto runnext_backoff=spin:3000 timers=per-p "
-          "timerslack_ns=1000 timer_spin_ns=0 netpoll_wait=pwait2 pool=sharded pool_trim_ms=5000 "
+          "timerslack_ns=1000 timer_spin=auto timer_spin_ns=0 netpoll_wait=pwait2 pool=sharded "
+          "pool_trim_ms=5000 "
           "stack_kb=default "
           "schedtrace_ms=off stealorder=0");
     // format_backoff's output parses back to the same Backoff.

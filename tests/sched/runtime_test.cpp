@@ -534,6 +534,7 @@ TEST_SUITE("unit.sched.death") {
     CHECK(WIFEXITED(r.status));
     CHECK(WEXITSTATUS(r.status) == 0);
     CHECK(r.output.find("corun: SCHED ") != std::string::npos);
+    CHECK(r.output.find(" timerspin=") != std::string::npos);  // the measured timer spin
     CHECK(r.output.find("procs=2 idleprocs=") != std::string::npos);
     CHECK(r.output.find("victims") != std::string::npos);
   }

@@ -1,0 +1,155 @@
+// tests/sched/timer_spin_test.cpp — the measured timer spin (sched/idle.hpp, TimerSpin):
+// the estimate's arithmetic, the start-up calibration, which setting wins
+// (CORUN_TIMER_SPIN_NS over CORUN_TIMER_SPIN=auto|off), and that spinning for a deadline
+// never fires a timer early, with many timers due close together.
+// No timing asserts: how late timers are is perf/bench_time.cpp's TimerLateness.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "corun/corun.hpp"
+#include "sched/sched.hpp"
+#include "support.hpp"
+
+namespace t = corun::test;
+using corun::sched::TimerSpin;
+
+namespace {
+
+struct Env {  // sets (or unsets, v == nullptr) a variable for one test and restores it
+  std::string name, old;
+  bool had;
+  Env(const char* n, const char* v) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    if (v)
+      setenv(n, v, 1);
+    else
+      unsetenv(n);
+  }
+  ~Env() {
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
+
+std::int64_t early_in_a_run() {
+  std::int64_t early = -1;
+  t::run([&] { early = corun::sched::idle_early_ns(corun::sched::current_runtime()); });
+  return early;
+}
+
+}  // namespace
+
+TEST_SUITE("unit.timerspin") {
+  TEST_CASE("the estimate rises fast, falls slowly, and is bounded") {
+    std::int64_t e = 10'000;
+    e = TimerSpin::next(e, 50'000);  // 1/4 of the way up
+    CHECK(e == 20'000);
+    e = TimerSpin::next(e, 0);  // 1/32 of the way down
+    CHECK(e == 20'000 - 20'000 / 32);
+    for (int i = 0; i < 200; i++) e = TimerSpin::next(e, 1'000'000'000);  // 1 s: clamped
+    CHECK(e <= TimerSpin::kMaxNs);
+    CHECK(e >= TimerSpin::kMaxNs - 4);
+    CHECK(TimerSpin::next(100, -5) <= 100);  // a negative sample counts as 0
+    // Steady samples converge to them from either side.
+    std::int64_t up = 0, down = TimerSpin::kMaxNs;
+    for (int i = 0; i < 2000; i++) {
+      up = TimerSpin::next(up, 30'000);
+      down = TimerSpin::next(down, 30'000);
+    }
+    CHECK(up >= 29'000);
+    CHECK(up <= 30'000);
+    CHECK(down >= 30'000);
+    CHECK(down <= 31'000);
+  }
+
+  TEST_CASE("which setting decides how early a sleep wakes") {
+    {
+      Env a("CORUN_TIMER_SPIN", "off"), b("CORUN_TIMER_SPIN_NS", nullptr);
+      CHECK(early_in_a_run() == 0);
+    }
+    {
+      Env a("CORUN_TIMER_SPIN", "off"), b("CORUN_TIMER_SPIN_NS", "1234");
+      CHECK(early_in_a_run() == 1234);  // a fixed amount wins over auto and off
+    }
+    {
+      Env a("CORUN_TIMER_SPIN", nullptr), b("CORUN_TIMER_SPIN_NS", nullptr);
+      const std::int64_t e = early_in_a_run();
+      CHECK(e > 0);
+      CHECK(e <= TimerSpin::kMaxNs);
+    }
+  }
+
+  TEST_CASE("calibration measures this machine's wake-ups") {
+    Env a("CORUN_TIMER_SPIN", nullptr), b("CORUN_TIMER_SPIN_NS", nullptr);
+    std::int64_t measured = -1, early = -1;
+    t::run(
+        [&] {
+          auto* rt = corun::sched::current_runtime();
+          rt->idle.spin.late_ns.store(-1, std::memory_order_relaxed);  // a value it never sets
+          corun::blocking([&] { corun::sched::idle_calibrate(rt); });
+          measured = rt->idle.spin.late_ns.load(std::memory_order_relaxed);
+          early = corun::sched::idle_early_ns(rt);
+        },
+        1);
+    CHECK(measured >= 0);  // set, to how late a 20 µs futex sleep woke (at most the cap)
+    CHECK(measured <= TimerSpin::kMaxNs);
+    CHECK(early == measured);
+  }
+}
+
+TEST_SUITE("rt.timer") {
+  TEST_CASE("dense after_func timers spun for never fire early") {
+    // 50 tasks re-arming after_func(50 µs): deadlines ~1 µs apart, nearer than any sleep
+    // honours, so the idle P spins for them (and with CORUN_TIMER_SPIN=off sleeps).
+    for (const char* mode : {"auto", "off"}) {
+      CAPTURE(mode);
+      Env a("CORUN_TIMER_SPIN", mode), b("CORUN_TIMER_SPIN_NS", nullptr);
+      constexpr int kTasks = 50, kRounds = 40 / t::kScale;
+      std::atomic<int> early{0}, fired{0};
+      std::atomic<std::int64_t> worst_early{0};
+      t::run([&] {
+        corun::WaitGroup wg;
+        wg.add(kTasks);
+        for (int i = 0; i < kTasks; i++) {
+          corun::go([&] {
+            corun::Chan<int> done(1);
+            for (int r = 0; r < kRounds; r++) {
+              const auto deadline =
+                  std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+              corun::after_func(std::chrono::microseconds(50), [&, done, deadline]() mutable {
+                const auto d = std::chrono::steady_clock::now() - deadline;
+                if (d < std::chrono::nanoseconds(0)) {
+                  early.fetch_add(1, std::memory_order_relaxed);
+                  std::int64_t ns =
+                      -std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+                  std::int64_t w = worst_early.load(std::memory_order_relaxed);
+                  while (ns > w && !worst_early.compare_exchange_weak(w, ns)) {
+                  }
+                }
+                fired.fetch_add(1, std::memory_order_relaxed);
+                done.send(0);
+              });
+              done.recv();
+            }
+            wg.done();
+          });
+        }
+        wg.wait();
+      });
+      CHECK(fired.load() == kTasks * kRounds);
+      INFO("worst early firing: " << worst_early.load() << " ns");
+      CHECK(early.load() == 0);
+    }
+  }
+}
