@@ -102,9 +102,12 @@ TEST_SUITE("unit.timerspin") {
           early = corun::sched::idle_early_ns(rt);
         },
         1);
-    CHECK(measured >= 0);  // set, to how late a 20 µs futex sleep woke (at most the cap)
+    // Set (sysmon's own calibration or the waiter may store after ours: any of them is a
+    // measured value) to how late a 20 µs futex sleep woke, at most the cap; and used.
+    CHECK(measured >= 0);
     CHECK(measured <= TimerSpin::kMaxNs);
-    CHECK(early == measured);
+    CHECK(early >= 0);
+    CHECK(early <= TimerSpin::kMaxNs);
   }
 }
 
