@@ -6,5 +6,6 @@
 #include <corun/net.hpp>
 #include <corun/pool.hpp>
 #include <corun/runtime.hpp>
+#include <corun/stats.hpp>
 #include <corun/sync.hpp>
 #include <corun/time.hpp>

@@ -141,7 +141,9 @@ Task* netpoll(Runtime* rt, std::int64_t until, const Note* stop) {
   np.lastpoll.store(static_cast<std::int64_t>(os::monotonic_ns()), std::memory_order_relaxed);
   if (blocks) np.blocking.store(false, std::memory_order_seq_cst);
   CORUN_PROBE2(netpoll, n, blocks ? 1 : 0);
+  np.polls.fetch_add(1, std::memory_order_relaxed);
   Task* list = nullptr;
+  std::uint64_t readied = 0;
   for (int i = 0; i < n; i++) {
     PollDesc* pd = evs[i].pd;
     // seq_cst, before unblock()'s seq_cst load of rg_ (PollDesc::hup_ says why). The
@@ -153,10 +155,17 @@ Task* netpoll(Runtime* rt, std::int64_t until, const Note* stop) {
       pd->hup_.store(true, std::memory_order_seq_cst);
     }
     if (evs[i].read)
-      if (Task* t = pd->unblock(false, true)) netpoll_ready_list(&list, t);
+      if (Task* t = pd->unblock(false, true)) {
+        netpoll_ready_list(&list, t);
+        readied++;
+      }
     if (evs[i].write)
-      if (Task* t = pd->unblock(true, true)) netpoll_ready_list(&list, t);
+      if (Task* t = pd->unblock(true, true)) {
+        netpoll_ready_list(&list, t);
+        readied++;
+      }
   }
+  if (readied) np.readied.fetch_add(readied, std::memory_order_relaxed);
   return list;
 }
 

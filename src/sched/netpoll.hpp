@@ -167,6 +167,10 @@ struct Netpoll {
   std::atomic<std::int64_t> lastpoll{1};
   // Tasks parked on I/O (relaxed: a hint for "is polling worth a syscall?").
   std::atomic<std::int32_t> waiters{0};
+  // corun::stats(): polls made and tasks they readied, by whoever polls (relaxed adds:
+  // counters; one shared line, but each add sits beside an epoll syscall).
+  std::atomic<std::uint64_t> polls{0};
+  std::atomic<std::uint64_t> readied{0};
 };
 
 // Polls: until == 0 returns at once; TimerHeap::kNever blocks; otherwise blocks at most

@@ -72,6 +72,12 @@ int run_procs(const Runtime* rt) noexcept;                 // its number of Ps
 const Settings& run_settings(const Runtime* rt) noexcept;  // its CORUN_* settings
 bool run_stopping(const Runtime* rt) noexcept;             // shutdown has begun (acquire)
 
+// corun::stats()'s pool counters, on the caller's P (nothing without one): a get that
+// found no object and made one; a batch moved between a P's caches and a depot. For the
+// pool's slow paths only (an out-of-line call each).
+void count_pool_miss() noexcept;
+void count_pool_transfer() noexcept;
+
 // True in a task (on a P, or inside blocking()); false on other threads.
 bool in_task() noexcept;
 // The OS NUMA node the caller's P places its memory on (node_alloc's argument); -1 without

@@ -506,8 +506,7 @@ void spawn_commit(void* closure) noexcept {
   CORUN_PROBE2(spawn, t->id, (m && m->p) ? m->p->id : -1);
   if (m && m->p) {
     P* p = m->p;
-    p->stat_spawned.store(p->stat_spawned.load(std::memory_order_relaxed) + 1,
-                          std::memory_order_relaxed);
+    bump(p->stats.spawned);
     runqput(m->rt, p, t, true);
     wakep_local(m->rt, p);
   } else if (m) {

@@ -396,8 +396,7 @@ Task* steal_work(Runtime* rt, P* p) noexcept {
         if (n == 0) continue;
         Task* t = local.publish_stolen(n);
         CORUN_PROBE3(steal, p->id, vp->id, n);
-        p->stat_steals.store(p->stat_steals.load(std::memory_order_relaxed) + n,
-                             std::memory_order_relaxed);
+        bump(p->stats.steals, n);
         return t;
       }
     }
@@ -557,7 +556,7 @@ void schedule_loop(M* m) {
                  static_cast<unsigned>(t->state.load(std::memory_order_relaxed)));
     CORUN_DCHECK(m->p != nullptr, "M%d about to run a task without a P", m->id);
     if (m->spinning) reset_spinning(m);
-    if (m->p) m->p->schedtick++;
+    if (m->p) bump(m->p->stats.runs);
     Task* back = switch_to_task(m, t);  // t, or a task t switched to directly
     handle_action(m, back);
   }

@@ -62,6 +62,23 @@ namespace corun::sched {
 struct M;
 struct Runtime;
 
+// A P's counters (corun::stats(), CORUN_DEBUG=schedtrace). Written only by the P's owner —
+// bump(): a relaxed load and store, no locked instruction, since there is one writer —
+// and read relaxed by anyone (counters order nothing). On cache lines of their own, so
+// the owner's writes do not invalidate the P fields other threads read (status, runq's
+// head, slicetick) and a reader does not pull the P's hot line.
+struct alignas(64) PStats {
+  std::atomic<std::uint64_t> runs{0};     // switches to a task on this P
+  std::atomic<std::uint64_t> spawned{0};  // go() calls made on this P
+  std::atomic<std::uint64_t> steals{0};   // tasks this P stole
+  std::atomic<std::uint64_t> parks{0};    // tasks that blocked on this P
+  std::atomic<std::uint64_t> pool_misses{0};
+  std::atomic<std::uint64_t> pool_transfers{0};
+};
+inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
 // P states (Go's _Pidle/_Prunning/_Psyscall):
 //   idle     in the idle list (Runtime::pidle): owned by Runtime::lock.
 //   running  held by an M (p->m): only that M touches the owner-only fields.
@@ -89,7 +106,6 @@ struct alignas(64) P {
 
   // Owner-only (the M holding the P).
   M* m = nullptr;
-  std::uint32_t schedtick = 0;          // schedules done (for traces)
   std::uint32_t global_countdown = 61;  // at 0, take from the global queue first
   Task* free_tasks = nullptr;           // dead tasks with their stacks, LIFO (warm caches)
   std::uint32_t nfree = 0;
@@ -117,9 +133,8 @@ struct alignas(64) P {
   std::uint32_t sysmon_slicetick = 0;  // sysmon only
   std::uint64_t sysmon_slicewhen = 0;  // sysmon only
 
-  // Statistics for schedtrace, written by the owner (relaxed: counters, no ordering).
-  std::atomic<std::uint64_t> stat_steals{0};  // tasks this P stole
-  std::atomic<std::uint64_t> stat_spawned{0};
+  // Counters for corun::stats() and schedtrace (stats.cpp).
+  PStats stats;
 
   // Timers armed by this P's tasks (CORUN_TIMERS=per-p), on the P's NUMA node with it.
   // Its own lock guards it (sched/timers.hpp).

@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <string>
 
+#include <corun/stats.hpp>
+
 #include "os/thread.hpp"
 #include "sched/fence.hpp"
 #include "sched/sched.hpp"
@@ -102,22 +104,29 @@ void print_schedtrace(Runtime* rt, std::uint64_t now) {
     for (M* m = rt->midle; m; m = m->link) idlethreads++;
     for (M* m : rt->allm) inblocking += m->in_blocking.load(std::memory_order_relaxed) ? 1 : 0;
   }
-  std::string queues, steals, spawned;
-  for (P* p : rt->ps) {
-    queues += (queues.empty() ? "" : " ") + std::to_string(p->runq.size_hint());
-    steals += (steals.empty() ? "" : " ") +
-              std::to_string(p->stat_steals.load(std::memory_order_relaxed));
-    spawned += (spawned.empty() ? "" : " ") +
-               std::to_string(p->stat_spawned.load(std::memory_order_relaxed));
+  // The per-P counters of corun::stats() (stats.cpp), so the two always agree.
+  const corun::Stats st = corun::stats();
+  std::string queues, runs, steals, spawned, parks, timers;
+  auto add = [](std::string& s, std::uint64_t v) {
+    s += (s.empty() ? "" : " ") + std::to_string(v);
+  };
+  for (P* p : rt->ps) add(queues, p->runq.size_hint());
+  for (const corun::ProcStats& p : st.procs) {
+    add(runs, p.tasks_run);
+    add(steals, p.steals);
+    add(spawned, p.tasks_spawned);
+    add(parks, p.parks);
+    add(timers, p.timers_fired);
   }
   std::fprintf(stderr,
                "corun: SCHED %llums: procs=%d idleprocs=%d threads=%d spinningthreads=%d "
-               "idlethreads=%d blockingthreads=%d runqueue=%u [%s] steals=[%s] spawned=[%s] "
-               "timerspin=%lldns\n",
+               "idlethreads=%d blockingthreads=%d runqueue=%u [%s] runs=[%s] steals=[%s] "
+               "spawned=[%s] parks=[%s] timers=[%s] netpolls=%llu timerspin=%lldns\n",
                static_cast<unsigned long long>((now - rt->start_ns) / 1000000), rt->nprocs,
                rt->npidle.load(std::memory_order_relaxed), threads,
                rt->nmspinning.load(std::memory_order_relaxed), idlethreads, inblocking,
-               rt->runq.size_hint(), queues.c_str(), steals.c_str(), spawned.c_str(),
+               rt->runq.size_hint(), queues.c_str(), runs.c_str(), steals.c_str(), spawned.c_str(),
+               parks.c_str(), timers.c_str(), static_cast<unsigned long long>(st.netpolls),
                static_cast<long long>(idle_early_ns(rt)));
 }
 

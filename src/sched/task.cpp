@@ -199,7 +199,7 @@ Task* direct_next(M* m) noexcept {
                  "task %llu dequeued in state %u", static_cast<unsigned long long>(t->id),
                  static_cast<unsigned>(t->state.load(std::memory_order_relaxed)));
     p->global_countdown--;
-    p->schedtick++;
+    bump(p->stats.runs);
   }
   return t;
 }
@@ -266,6 +266,7 @@ void park(void (*commit)(void*), void* arg) noexcept {
   }
   m->commit = commit;
   m->commit_arg = arg;
+  bump(m->p->stats.parks);
   Task* self = m->curg;
   if (Task* next = direct_next(m)) {
     switch_direct(m, self, next, Action::park);

@@ -128,6 +128,8 @@ void Timers::run(std::int64_t now) noexcept {
         if (heap_.settle_top()) continue;  // pushed back by a reset: not due after all
         auto* t = static_cast<TimerNode*>(heap_.top());
         if (n == 0) first_when = t->when;
+        auto& bucket = late[static_cast<std::size_t>(late_bucket(now - t->when))];
+        bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         if (t->period > 0) {
           // The next deadline after now (missed ones are skipped, as Go's).
           std::int64_t steps = 1 + (now - t->when) / t->period, next = 0;
@@ -144,6 +146,8 @@ void Timers::run(std::int64_t now) noexcept {
         due[n++] = t;
       }
       publish();
+      fired.store(fired.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(n),
+                  std::memory_order_relaxed);
     }
     if (n) CORUN_PROBE2(timer_fire, n, now - first_when);
     for (int i = 0; i < n; i++) due[i]->fire(now);

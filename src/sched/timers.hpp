@@ -37,7 +37,9 @@
 // per-node summary of the earliest deadlines would bound that.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -139,6 +141,19 @@ class alignas(64) Timers {
   std::atomic<std::int64_t> earliest_{TimerHeap::kNever};
 
  public:
+  // Firings of this heap's timers, and how late, in corun::ProcStats::timer_late's
+  // buckets (stats.cpp): written by run() under lock_ (a load and a store: the lock
+  // serialises the writers), read relaxed by anyone.
+  static constexpr int kLateBuckets = 16;
+  std::atomic<std::uint64_t> fired{0};
+  std::array<std::atomic<std::uint64_t>, kLateBuckets> late{};
+  // The timer_late bucket of a firing `late_ns` past its deadline.
+  static int late_bucket(std::int64_t late_ns) noexcept {
+    if (late_ns < 1000) return 0;
+    const int b = std::bit_width(static_cast<std::uint64_t>(late_ns) / 1000);
+    return b < kLateBuckets - 1 ? b : kLateBuckets - 1;
+  }
+
   Runtime* rt = nullptr;  // the runtime whose idle M add() wakes; immutable after boot
 };
 

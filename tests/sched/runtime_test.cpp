@@ -535,6 +535,8 @@ TEST_SUITE("unit.sched.death") {
     CHECK(WEXITSTATUS(r.status) == 0);
     CHECK(r.output.find("corun: SCHED ") != std::string::npos);
     CHECK(r.output.find(" timerspin=") != std::string::npos);  // the measured timer spin
+    CHECK(r.output.find(" runs=[") != std::string::npos);      // corun::stats()'s counters
+    CHECK(r.output.find(" parks=[") != std::string::npos);
     CHECK(r.output.find("procs=2 idleprocs=") != std::string::npos);
     CHECK(r.output.find("victims") != std::string::npos);
   }
