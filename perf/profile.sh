@@ -8,11 +8,17 @@
 #                                              its tasks keep them) + the top of the report
 #   perf/profile.sh probes REGEX [-cpu N ...]   counts of every USDT probe of corun
 #                                              (the list: src/base/probes.hpp)
+#   perf/profile.sh flame  REGEX [-cpu N ...]   perf record -e cpu-clock -g --call-graph fp
+#                                              (software event: VMs without PMU counters;
+#                                              frame pointers through task stacks), then
+#                                              build/perf/flame-<REGEX>.folded (folded
+#                                              stacks) and .svg (a flame graph that opens
+#                                              offline: perf/flame.py renders it)
 # Extra arguments go to build/corun-bench (e.g. -cpu 2 -benchtime 100000x). Set
 # CMD="./app args" to profile another program instead. Output files go to build/perf/.
 set -euo pipefail
-mode=${1:?usage: perf/profile.sh stat|record|probes REGEX [corun-bench flags]}
-regex=${2:?usage: perf/profile.sh stat|record|probes REGEX [corun-bench flags]}
+mode=${1:?usage: perf/profile.sh stat|record|probes|flame REGEX [corun-bench flags]}
+regex=${2:?usage: perf/profile.sh stat|record|probes|flame REGEX [corun-bench flags]}
 shift 2
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin="$repo/build/corun-bench"
@@ -36,5 +42,14 @@ case $mode in
     done
     perf stat "${events[@]}" -- "${cmd[@]}"
     perf probe -q -d 'sdt_corun:*' >/dev/null 2>&1 || true ;;
-  *) echo "perf/profile.sh: unknown mode '$mode': accepted: stat, record, probes" >&2; exit 2 ;;
+  flame)
+    # FLAME_MIN_WIDTH: frames under this percent of the samples are left out (SVG size).
+    name=flame-$(tr -c 'A-Za-z0-9=._-' _ <<<"$regex" | sed 's/_*$//; s/^_*//')
+    perf record -e cpu-clock -g --call-graph fp -o "$out/$name.data" -- "${cmd[@]}"
+    perf script -i "$out/$name.data" 2>/dev/null | python3 "$repo/perf/flame.py" fold >"$out/$name.folded"
+    python3 "$repo/perf/flame.py" svg --min-width "${FLAME_MIN_WIDTH:-0.1}" \
+      --title "${CMD:-corun-bench -bench $regex $*} (perf record -e cpu-clock -g --call-graph fp)" \
+      "$out/$name.folded" >"$out/$name.svg"
+    echo "perf/profile.sh: $out/$name.folded, $out/$name.svg" >&2 ;;
+  *) echo "perf/profile.sh: unknown mode '$mode': accepted: stat, record, probes, flame" >&2; exit 2 ;;
 esac

@@ -3,8 +3,11 @@
 # nothing when all are present (so `make test` can call it every time). apt-get as root,
 # sudo otherwise. Go (golang-go) is only for scripts/go-compare and make bench's corun-vs-Go
 # sections, and is not installed here.
-# Usage: scripts/deps.sh [clang|bench-server]
+# Usage: scripts/deps.sh [clang|bench-server|plot]
 #   clang         also clang++, for `make tsa` only
+#   plot          ONLY python3-matplotlib, for scripts/bench-plot (make bench's plots; it
+#                 runs under Debian's /usr/bin/python3, whatever python3 PATH finds). Exit
+#                 status 0 even when it could not be installed: the plots are then skipped.
 #   bench-server  ONLY what make bench's server section needs (scripts/bench-server: the
 #                 HTTP peers and wrk): wrk nginx-light libboost-dev golang-go curl iproute2
 #                 g++ make. Installed with service starts blocked (a policy-rc.d that exits
@@ -13,7 +16,9 @@
 #                 status 0 even when some package could not be installed: the section
 #                 skips the peers whose package is missing.
 set -euo pipefail
-if [ "${1:-}" = bench-server ]; then
+if [ "${1:-}" = plot ]; then
+  pkgs=(python3-matplotlib)
+elif [ "${1:-}" = bench-server ]; then
   pkgs=(wrk nginx-light libboost-dev golang-go curl iproute2 g++ make)
 else
   pkgs=(g++ make pkg-config python3 libhwloc-dev hwloc libnuma-dev libjemalloc-dev doctest-dev
@@ -43,6 +48,12 @@ if [ "${1:-}" = bench-server ]; then
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$p" ||
       echo "deps: could not install $p (the server section skips what needs it)" >&2
   done
+  exit 0
+fi
+if [ "${1:-}" = plot ]; then
+  { "${sudo[@]}" apt-get update -qq &&
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; } ||
+    echo "deps: could not install ${missing[*]} (make bench skips its plots)" >&2
   exit 0
 fi
 "${sudo[@]}" apt-get update -qq

@@ -95,6 +95,7 @@ for p in $procs; do
   run env CORUNTEST_PROCS="$p" "$bin" --test-suite="$rt_suites" --no-intro=true
 done
 run python3 scripts/benchcmp_test.py
+run python3 scripts/benchplot_test.py
 if [ -s "$failures" ]; then
   echo "== what failed (again, from each failed run above)"
   cat "$failures"
