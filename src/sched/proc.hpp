@@ -9,6 +9,7 @@
 // directly would be reached by every change to the scheduler's records).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "sched/config.hpp"
@@ -24,8 +25,19 @@ struct Runtime;
 struct ProcTls {
   int id = -1;               // the P's id, -1 when the thread holds no P
   std::uint64_t run_id = 0;  // run_id() of the P's runtime
+  // The P's "end your time slice" flag (sysmon sets it, relaxed), so that a would-block
+  // poll checks it inline (preempt_requested) instead of through a call chain.
+  const std::atomic<bool>* preempt = nullptr;
 };
 extern constinit thread_local ProcTls tls_proc;
+
+// True if the caller's P was asked to end its time slice (then call park.hpp's
+// yield_if_preempted). Two TLS loads and one of the flag: for poll paths that found
+// nothing (a select with a default, try_recv), which may run in a loop that never parks.
+inline bool preempt_requested() noexcept {
+  const std::atomic<bool>* f = tls_proc.preempt;
+  return f && f->load(std::memory_order_relaxed);
+}
 
 // ---- foreign threads: the gate (runtime.cpp) ----------------------------------------
 // A thread that is not one of a runtime's Ms (a foreign thread; also sysmon) reaches the

@@ -266,6 +266,7 @@ inline void set_mp(M* m, P* p) noexcept {
   m->p = p;
   tls_proc.id = p ? p->id : -1;
   tls_proc.run_id = p ? p->run_id : 0;
+  tls_proc.preempt = p ? &p->preempt : nullptr;
 }
 // The published runtime, or nullptr. Safe to use only on the runtime's own threads (it
 // cannot be freed under them); every other thread goes through the foreign gate

@@ -194,10 +194,6 @@ void chan_destroy(ChanHeader* h) noexcept CORUN_NO_TSA {
                               " is negative; a capacity is 0 (unbuffered) or more");
 }
 
-void polled_nothing() noexcept {
-  sched::yield_if_preempted();
-}
-
 void throw_send_closed() {
   throw closed_channel("corun: send on closed channel");
 }

@@ -28,6 +28,8 @@
 #include <corun/chan.hpp>
 
 #include "base/lock.hpp"
+#include "sched/park.hpp"
+#include "sched/proc.hpp"
 
 namespace corun::sched {
 struct Task;
@@ -203,8 +205,13 @@ enum class Step : std::uint8_t { blocked, done, closed };
 [[noreturn]] void block_forever() noexcept;
 
 // A non-blocking operation found nothing to do. A polling loop must not hold its P past
-// its time slice: yields if sysmon asked this P to end it.
-void polled_nothing() noexcept;
+// its time slice: yields if sysmon asked this P to end it. Inline: the check is two TLS
+// loads and the flag's (ContextCancelDone's `select(on_recv(done), otherwise)` is little
+// more than this).
+inline void polled_nothing() noexcept {
+  if (sched::preempt_requested()) [[unlikely]]
+    sched::yield_if_preempted();
+}
 
 // Per-thread random number for select's poll order (xorshift64; not for crypto). A task
 // that migrates simply continues another thread's sequence, which is as good.
