@@ -35,6 +35,8 @@
 //   buffer into a new string per call (a small GC allocation, except for ""), which the
 //   pooled variant here does not: the pooled rows are the pool's cost plus formatting,
 //   Go's rows add one allocation.
+// - Pool/floor=loop, Pool/floor=calls: Pool's loop with no pool (the loop alone; put and
+//   get as two out-of-line calls that swap obj with a slot): the floors under Pool.
 // - MallocFree: op = new Item, delete (escaped): the floor a pool must beat.
 //   MallocFree/memory_buffer: the same for the Sprintf buffer (sizeof ~536 bytes). The
 //   release build links jemalloc, which replaces malloc (and so operator new/delete):
@@ -117,6 +119,47 @@ CORUN_BENCHMARK(Pool) {
   b.stop_timer();
   report_per_op(b, allocs.load(std::memory_order_relaxed), "allocs/op");
 }
+
+// The floors under Pool's op, same loop and object: what is left when the pool is free.
+// - Pool/floor=loop: the run_parallel loop alone (PB::next(), the moves of obj).
+// - Pool/floor=calls: put and get as two out-of-line calls that only swap obj with one
+//   slot of the worker: the least an out-of-line put/get can cost.
+// A noinline function with an empty asm so the calls are neither inlined nor removed.
+__attribute__((noinline)) void floor_put(void** slot, void* x) {
+  *slot = x;
+  asm volatile("" : : : "memory");
+}
+__attribute__((noinline)) void* floor_get(void** slot) {
+  void* x = *slot;
+  *slot = nullptr;
+  asm volatile("" : : : "memory");
+  return x;
+}
+
+void pool_floor(B& b, bool calls) {
+  b.run_parallel([calls](PB& pb) {
+    auto obj = std::make_unique<Item>();
+    void* slot = nullptr;
+    if (calls) {
+      while (pb.next()) {
+        floor_put(&slot, obj.release());
+        obj.reset(static_cast<Item*>(floor_get(&slot)));
+        if (!obj) obj = std::make_unique<Item>();
+      }
+    } else {
+      while (pb.next()) {
+        escape(obj.get());
+        if (!obj) obj = std::make_unique<Item>();
+      }
+    }
+  });
+}
+
+[[maybe_unused]] const bool reg_pool_floor = [] {
+  corun::bench::register_benchmark("Pool/floor=loop", [](B& b) { pool_floor(b, false); });
+  corun::bench::register_benchmark("Pool/floor=calls", [](B& b) { pool_floor(b, true); });
+  return true;
+}();
 
 // op = 100 puts, then 100 gets.
 CORUN_BENCHMARK(PoolOverflow) {

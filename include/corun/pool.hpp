@@ -56,7 +56,8 @@ class PoolCore {
  private:
   friend struct PoolAccess;  // pool.cpp
   // The current run's shard table (pool_state.hpp ShardTable): published with release by the
-  // depot lock's holder, loaded with acquire on every get/put. Read-mostly.
+  // depot lock's holder, loaded with acquire on every get/put. Read-mostly. Never null
+  // once constructed: until the first install, a static table of no run (pool.cpp kNoTable).
   std::atomic<void*> table_{nullptr};
   void* state_ = nullptr;  // pool_state.hpp PoolState: depot, victims, registry link
 };

@@ -1,14 +1,21 @@
 // pool/pool.cpp — PoolCore: get/put through the caller's P shard, the depot, or (for
 // threads that are not Ps, and in CORUN_POOL=global) the depot alone.
 //
-// Fast path (a task on a P, shard present): the P's id and run id from TLS
-// (sched::tls_proc), the table (acquire load: a plain mov on x86), a run-id compare, the
-// shard, then the private slot or the local array — plain loads and stores, no atomic
-// RMW, no lock. It is safe without them because a task never parks inside get/put (it
-// stays on its P) and every other party touching the shard does it at a safe point of
-// that P (pool_state.hpp). Every slow path below is a tail call from get/put, so their
-// fast paths push nothing (no callee-saved registers, no frame): with the install in
-// line, every get/put would save four registers first.
+// Fast path (a task on a P, shard present): the table (acquire load: a plain mov on x86),
+// one compare of its run id with the caller's (sched::tls_proc, initial-exec TLS: a
+// %fs-relative load), the P's id from TLS, the shard, then the private slot or the local
+// array — six loads, three predicted branches, no atomic RMW, no lock, no call (x86-64,
+// g++ 12 -O2: 13 instructions for a get or a put that hits the private slot, counted in
+// perf/RESULTS.md). The one compare is the whole safety check: the table is never null
+// (kNoTable, of no run, until the first install), a thread without a P has run id 0,
+// which no run has, and a table of this run has a slot for every P id of it; so a
+// foreign thread, an M in blocking(), a stale table of an earlier run and a pool not
+// used yet all fail it and take the slow path.
+// It is safe without atomics because a task never parks inside get/put (it stays on its
+// P) and every other party touching the shard does it at a safe point of that P
+// (pool_state.hpp). Every slow path below is a tail call from get/put, so their fast
+// paths push nothing (no callee-saved registers, no frame): with the install in line,
+// every get/put would save four registers first.
 // Slow paths, each O(1):
 //   put, array full: the oldest kBatch objects move into a batch node (one of the shard's
 //     spare nodes: no allocation in steady state), which goes on the shard's own stack of
@@ -24,9 +31,13 @@
 // The depot needs no runtime: from a foreign thread a pool works the same during a run,
 // between runs and while one ends. Only arming the run's trim timer reaches the runtime,
 // and a foreign thread does that inside the foreign gate (ensure_trimmer_off_p).
-// Rejected: Go's pin/unpin (corun cannot be preempted inside get/put: no need); a TLS
-// per-thread cache for foreign threads (its objects would be pinned until thread exit,
-// and foreign threads are the rare case); a lock-free depot (batch moves are rare).
+// Rejected: get/put's fast path inline in pool.hpp (no call, no argument set-up): it would read
+// tls_proc inside the user's functions, where the compiler may keep a thread-local address across a
+// park (sched.hpp current_m()) — a task that resumed on another M would then use the old P's shard
+// — and it would put the shard layout in the public header; perf/RESULTS.md measures what the two
+// calls cost (the Pool/floor=calls row). Go's pin/unpin (corun cannot be preempted inside get/put:
+// no need); a TLS per-thread cache for foreign threads (its objects would be pinned until thread
+// exit, and foreign threads are the rare case); a lock-free depot (batch moves are rare).
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -45,10 +56,28 @@
 
 namespace corun::detail {
 
+namespace {
+// What PoolCore::table_ holds until a P installs the first table: a table of no run (run
+// ids count from 1, and a thread without a P has run_id 0: proc.hpp), so the fast path's
+// one run-id compare also covers "no table yet" and "not on a P", with no null test. Never
+// written, never freed; PoolAccess::table() hides it from every slow path (nullptr).
+constinit ShardTable kNoTable{~std::uint64_t{0}, 0, nullptr};
+}  // namespace
+
 struct PoolAccess {
   static PoolState* state(const PoolCore& c) noexcept { return static_cast<PoolState*>(c.state_); }
-  static ShardTable* table(const PoolCore& c) noexcept {
+  // The installed table, or kNoTable. acquire: the table's fields (publish's release); a
+  // plain mov on x86.
+  static ShardTable* table_or_none(const PoolCore& c) noexcept {
     return static_cast<ShardTable*>(c.table_.load(std::memory_order_acquire));
+  }
+  // The installed table, or nullptr.
+  static ShardTable* table(const PoolCore& c) noexcept {
+    ShardTable* t = table_or_none(c);
+    return t == &kNoTable ? nullptr : t;
+  }
+  static void none(PoolCore& c) noexcept {
+    c.table_.store(&kNoTable, std::memory_order_relaxed);  // relaxed: in the constructor
   }
   static void publish(PoolCore& c, ShardTable* t) noexcept {
     c.table_.store(t, std::memory_order_release);  // release: the table's fields
@@ -301,6 +330,7 @@ __attribute__((noinline)) Shard* install(PoolCore& c) noexcept {
 }  // namespace
 
 PoolCore::PoolCore(Destroy destroy) {
+  PoolAccess::none(*this);
   auto* st = new PoolState();
   st->core = this;
   st->destroy = destroy;
@@ -365,12 +395,14 @@ namespace {
 // The caller's shard of this pool for the running run, or nullptr: not on a P, no table
 // for this run yet, or none for this P yet. Inlined into get/put, whose fast paths then
 // need no callee-saved registers: every slow path is a tail call.
+// One compare decides "a P of the run this table serves": the table is never null
+// (kNoTable matches no run), and a thread without a P has run_id 0, which no table has.
+// The TLS fields are read by value, each where it is used (no context switch between).
 inline Shard* current_shard(const PoolCore& c) noexcept {
-  const sched::ProcTls& me = sched::tls_proc;  // no context switch before the last use
-  ShardTable* t = PoolAccess::table(c);
-  if (me.id < 0 || !t || t->run_id != me.run_id) [[unlikely]]
+  ShardTable* t = PoolAccess::table_or_none(c);
+  if (t->run_id != sched::tls_proc.run_id) [[unlikely]]
     return nullptr;
-  return t->shards[me.id];  // run ids match: me.id < t->n
+  return t->shards[sched::tls_proc.id];  // run ids match: 0 <= id < t->n
 }
 
 // On a P without a shard: install one (unless this run is in global mode), else the depot.

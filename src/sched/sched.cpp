@@ -31,7 +31,7 @@ namespace corun::sched {
 namespace {
 thread_local M* tls_m = nullptr;
 }  // namespace
-constinit thread_local ProcTls tls_proc;
+constinit thread_local ProcTls tls_proc __attribute__((tls_model("initial-exec")));
 
 // noinline + an asm memory clobber: the call is never merged with one made before a
 // context switch, so a task that moved threads sees its new M.

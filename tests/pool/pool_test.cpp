@@ -61,6 +61,8 @@
 #include <vector>
 
 #include "pool/pool_internal.hpp"
+#include "pool/pool_state.hpp"
+#include "sched/proc.hpp"
 #include "support.hpp"
 
 namespace t = corun::test;
@@ -591,6 +593,7 @@ TEST_SUITE("unit.pool") {
       MESSAGE("sizeof(Pool<T>)=", sizeof(ObjPool), " sizeof(PoolCore)=", sizeof(d::PoolCore),
               " fresh pool_footprint=", fresh, " bytes");
       CHECK(fresh < 512);
+      CHECK(fresh == sizeof(d::PoolState));  // no table yet (kNoTable is not the pool's)
       CHECK(d::pool_cached(core) == 0);
       for (int i = 0; i < 50; i++) core.put(new Obj(&c));
       CHECK(d::pool_cached(core) == 50);
@@ -727,6 +730,54 @@ TEST_SUITE("rt.pool") {
             pool.put(std::move(keep));
             pool.put(std::move(g));
             pool.put(std::move(h));
+          },
+          n);
+    }
+    CHECK(c.created.load() == c.destroyed.load());
+  }
+
+  // pool.cpp current_shard: one compare of the table's run id with tls_proc.run_id stands
+  // for "a table is installed" (else kNoTable, whose run id is no run's) and "the caller
+  // is on a P" (else tls run_id 0). A thread without a P that got through it would use a
+  // shard (shards[-1], or a P's): here its put then get would return the P's private
+  // object A instead of its own, and the final get would miss A.
+  TEST_CASE("off a P the run-id compare alone keeps a thread out of the shards") {
+    namespace s = corun::sched;
+    CHECK(s::tls_proc.id == -1);  // outside run: no P, run id 0
+    CHECK(s::tls_proc.run_id == 0);
+    Counters c;
+    for (int n : {1, t::procs()}) {
+      ObjPool pool;
+      std::atomic<int> bad{0};  // set by the foreign thread (no CHECK off the main task)
+      auto own_round_trip = [&pool, &c, &bad] {
+        if (s::tls_proc.id != -1 || s::tls_proc.run_id != 0) bad++;
+        auto x = std::make_unique<Obj>(&c);
+        Obj* px = x.get();
+        pool.put(std::move(x));
+        auto got = pool.get();
+        if (got.get() != px) bad++;
+      };
+      t::run(
+          [&] {
+            CHECK(s::tls_proc.id == corun::proc_id());
+            CHECK(s::tls_proc.run_id != 0);
+            std::thread before(own_round_trip);  // no table yet: kNoTable
+            corun::blocking([&] { before.join(); });
+            auto a = std::make_unique<Obj>(&c);
+            Obj* pa = a.get();
+            const int p0 = corun::proc_id();
+            pool.put(std::move(a));             // installs the table and this P's shard: A in priv
+            std::thread after(own_round_trip);  // the table serves this run, not this thread
+            corun::blocking([&] { after.join(); });
+            corun::blocking(own_round_trip);  // an M without its P
+            CHECK(bad.load() == 0);
+            if (corun::proc_id() == p0) {  // blocking() may have moved us to another P
+              auto got = pool.get();
+              CHECK(got.get() == pa);
+              CHECK(pool.get() == nullptr);
+            } else {
+              MESSAGE("main task moved from P ", p0, " to P ", corun::proc_id());
+            }
           },
           n);
     }
