@@ -207,6 +207,7 @@ __attribute__((noinline)) void spill(PoolState* st, Shard* s, void* x) noexcept 
     refresh_hint(st);
   }
   CORUN_PROBE2(pool_spill, st, kBatch);
+  sched::count_pool_transfer();
 }
 
 // Array empty: a batch from this P's stack, else the depot, else the victims, refills it.
@@ -215,17 +216,25 @@ __attribute__((noinline)) void* refill(PoolState* st, Shard* s) noexcept {
   if (b) {
     s->nfull--;
   } else {
-    if (!st->has_items.load(std::memory_order_relaxed)) return nullptr;
+    if (!st->has_items.load(std::memory_order_relaxed)) {
+      sched::count_pool_miss();
+      return nullptr;
+    }
     {
       base::Guard g(st->lock);
       b = pop(st->full);
       if (!b) b = pop(st->victim);
-      if (!b) return nullptr;
+      if (!b) {
+        g.unlock();
+        sched::count_pool_miss();
+        return nullptr;
+      }
       st->nodes--;
       refresh_hint(st);
     }
     count_shard_nodes(st, 1);
     CORUN_PROBE2(pool_refill, st, b->n);
+    sched::count_pool_transfer();
   }
   std::uint32_t n = b->n;
   std::memcpy(s->local, b->items, sizeof(void*) * (n - 1));
@@ -413,7 +422,9 @@ __attribute__((noinline)) void* get_slow(PoolCore& c) noexcept {
   const sched::ProcTls& me = sched::tls_proc;
   if (me.id >= 0 && st->global_run.load(std::memory_order_relaxed) != me.run_id)
     if (Shard* s = install(c)) return refill(st, s);
-  return depot_get(st);
+  void* x = depot_get(st);
+  if (!x) sched::count_pool_miss();  // counted only on a P (stats are per P)
+  return x;
 }
 
 __attribute__((noinline)) void put_slow(PoolCore& c, void* x) noexcept {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -97,6 +98,21 @@ TEST_SUITE("rt.sched") {
         CHECK(after.procs[i].parks >= before.procs[i].parks);
         CHECK(after.procs[i].steals >= before.procs[i].steals);
       }
+    });
+  }
+
+  TEST_CASE("stats: pool misses and depot transfers are counted") {
+    t::run([] {
+      const corun::ProcStats b = corun::stats().total();
+      corun::Pool<int> pool([] { return std::make_unique<int>(7); });
+      CHECK(*pool.get() == 7);        // empty pool: a miss, made by the factory
+      constexpr int kObjects = 4096;  // more than a P caches: full batches spill to the depot
+      std::vector<std::unique_ptr<int>> held;
+      for (int i = 0; i < kObjects; i++) held.push_back(std::make_unique<int>(i));
+      for (auto& x : held) pool.put(std::move(x));
+      const corun::ProcStats a = corun::stats().total();
+      CHECK(a.pool_misses - b.pool_misses >= 1);
+      CHECK(a.pool_transfers - b.pool_transfers >= 1);
     });
   }
 
