@@ -119,12 +119,12 @@ inline const char* emulator() {
 
 // A test that cannot work under emulation ends here, printing why, when emulated; natively
 // it runs. Use at the top of a TEST_CASE (it returns from the enclosing function).
-#define CORUN_TEST_SKIP_IF_EMULATED(reason)                            \
-  do {                                                                 \
-    if (const char* emu_ = ::corun::test::emulator()) {                \
-      MESSAGE("skipped under emulation (" << emu_ << "): " << reason); \
-      return;                                                          \
-    }                                                                  \
+#define CORUN_TEST_SKIP_IF_EMULATED(reason)                                         \
+  do {                                                                              \
+    if (const char* emu_ = ::corun::test::emulator()) {                             \
+      MESSAGE("skipped under emulation (" << std::string(emu_) << "): " << reason); \
+      return;                                                                       \
+    }                                                                               \
   } while (0)
 
 // s without the lines the emulator itself writes to stderr when the guest dies of a signal
