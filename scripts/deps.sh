@@ -3,8 +3,19 @@
 # nothing when all are present (so `make test` can call it every time). apt-get as root,
 # sudo otherwise. Go (golang-go) is only for scripts/go-compare and make bench's corun-vs-Go
 # sections, and is not installed here.
-# Usage: scripts/deps.sh [clang|bench-server|plot]
+# Usage: scripts/deps.sh [clang|aarch64|bench-server|plot]
 #   clang         also clang++, for `make tsa` only
+#   aarch64       ONLY what `make test ARCH=aarch64` adds on an x86-64 host: Debian's cross
+#                 g++ (g++-aarch64-linux-gnu), qemu-user-static to run the tests, and the
+#                 arm64 builds of the libraries (libhwloc-dev:arm64 libnuma-dev:arm64
+#                 systemtap-sdt-dev:arm64, whose sys/sdt.h lives in the arch's include
+#                 folder) through multiarch: `dpkg --add-architecture arm64` first, once.
+#                 doctest is headers only: the host's (the default mode) serves the cross
+#                 build. Not libjemalloc-dev:arm64: it is not Multi-Arch: same, so apt
+#                 removes the host's libjemalloc-dev to install it (the x86-64 build then
+#                 fails to link); the cross build goes without jemalloc (Makefile), and
+#                 apt-get runs with --no-remove here so no arm64 package can ever take a host
+#                 package away. Plain `make deps` never installs these.
 #   plot          ONLY python3-matplotlib, for scripts/bench-plot (make bench's plots; it
 #                 runs under Debian's /usr/bin/python3, whatever python3 PATH finds). Exit
 #                 status 0 even when it could not be installed: the plots are then skipped.
@@ -16,8 +27,13 @@
 #                 status 0 even when some package could not be installed: the section
 #                 skips the peers whose package is missing.
 set -euo pipefail
+no_remove=()
 if [ "${1:-}" = plot ]; then
   pkgs=(python3-matplotlib)
+elif [ "${1:-}" = aarch64 ]; then
+  pkgs=(g++-aarch64-linux-gnu qemu-user-static libhwloc-dev:arm64 libnuma-dev:arm64
+        systemtap-sdt-dev:arm64)
+  no_remove=(--no-remove)
 elif [ "${1:-}" = bench-server ]; then
   pkgs=(wrk nginx-light libboost-dev golang-go curl iproute2 g++ make)
 else
@@ -33,6 +49,9 @@ done
 echo "deps: installing ${missing[*]}"
 if [ "$(id -u)" -eq 0 ]; then sudo=(); else sudo=(sudo); fi
 export DEBIAN_FRONTEND=noninteractive
+if [ "${1:-}" = aarch64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  "${sudo[@]}" dpkg --add-architecture arm64  # apt-get update below then fetches arm64 lists
+fi
 if [ "${1:-}" = bench-server ]; then
   # Block service starts during the install; an existing policy-rc.d is left alone.
   policy=/usr/sbin/policy-rc.d
@@ -57,4 +76,4 @@ if [ "${1:-}" = plot ]; then
   exit 0
 fi
 "${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${no_remove[@]}" "${missing[@]}"

@@ -12,10 +12,29 @@
 # skipped silently nor run once when it should run at every P count.
 # Prints doctest's summary per run, then every failed check again with its test case and
 # the run it came from (CI shows only a log's tail), and a final "tests: N passed, M failed".
+#
+# Environment (both empty by default; the Makefile sets them for ARCH=aarch64):
+#   RUNNER        command prefix for the binary, split at spaces: an emulator such as
+#                 qemu-aarch64-static. Also exported to the tests as CORUNTEST_EMULATOR, so a
+#                 test that cannot work under emulation skips itself with a printed reason,
+#                 and death tests re-execute the binary under the same emulator.
+#   TEST_EXCLUDE  doctest --test-case-exclude patterns (comma-separated) left out of every
+#                 run, printed first; the suite classification still counts them.
 set -uo pipefail
 b=${1:?build dir}
 procs=${2:-"1 2 4"}
 bin="$b/corun-tests"
+runner=()
+read -r -a runner <<<"${RUNNER:-}"
+if [ ${#runner[@]} -gt 0 ]; then
+  export CORUNTEST_EMULATOR="${runner[*]}"
+  echo "== under emulation: ${runner[*]} $bin"
+fi
+exclude=()
+if [ -n "${TEST_EXCLUDE:-}" ]; then
+  exclude=(--test-case-exclude="$TEST_EXCLUDE")
+  echo "== left out of every run (TEST_EXCLUDE): $TEST_EXCLUDE"
+fi
 unit_suites='unit.*'
 rt_suites='rt.*'
 pass=0      # test cases passed, summed over the runs (doctest's and unittest's counts)
@@ -55,12 +74,12 @@ run() {
 # How many test cases (skipped ones included) pass doctest filters "$@"; -1 on error.
 count_cases() {
   local out
-  out=$("$bin" --count --no-skip --no-intro=true "$@" 2>&1) || { echo -1; return; }
+  out=$("${runner[@]}" "$bin" --count --no-skip --no-intro=true "$@" 2>&1) || { echo -1; return; }
   sed -nE 's/^\[doctest\] unskipped test cases passing the current filters: ([0-9]+)$/\1/p' \
     <<<"$out" | grep . || echo -1
 }
 # Lines of doctest's --list-test-cases / --list-test-suites output that are names.
-names() { "$bin" --no-skip --no-intro=true "$@" 2>&1 | grep -vE '^(\[doctest\]|=+$)'; }
+names() { "${runner[@]}" "$bin" --no-skip --no-intro=true "$@" 2>&1 | grep -vE '^(\[doctest\]|=+$)'; }
 
 # Sanitizer options: fail on the first report; TSan's fiber support needs no extras.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0}
@@ -90,9 +109,10 @@ else
     fail=$((fail + 1))
   fi
 fi
-run "$bin" --test-suite="$unit_suites" --no-intro=true
+run "${runner[@]}" "$bin" --test-suite="$unit_suites" "${exclude[@]}" --no-intro=true
 for p in $procs; do
-  run env CORUNTEST_PROCS="$p" "$bin" --test-suite="$rt_suites" --no-intro=true
+  run env CORUNTEST_PROCS="$p" "${runner[@]}" "$bin" --test-suite="$rt_suites" "${exclude[@]}" \
+    --no-intro=true
 done
 run python3 scripts/benchcmp_test.py
 run python3 scripts/benchplot_test.py

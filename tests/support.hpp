@@ -106,6 +106,43 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// ---- emulation ----------------------------------------------------------------------
+// Under a user-mode emulator (make test ARCH=aarch64 on an x86-64 host runs this binary as
+// `qemu-aarch64-static build/aarch64/corun-tests`), scripts/run-tests.sh sets
+// CORUNTEST_EMULATOR to that command prefix (RUNNER). The emulator's name, or null when the
+// binary runs natively. Rejected: guessing from inside (qemu-user passes the host's
+// /proc/cpuinfo through, but newer qemus fake it): the runner knows, so the runner says.
+inline const char* emulator() {
+  const char* s = std::getenv("CORUNTEST_EMULATOR");
+  return s && *s ? s : nullptr;
+}
+
+// A test that cannot work under emulation ends here, printing why, when emulated; natively
+// it runs. Use at the top of a TEST_CASE (it returns from the enclosing function).
+#define CORUN_TEST_SKIP_IF_EMULATED(reason)                                         \
+  do {                                                                              \
+    if (const char* emu_ = ::corun::test::emulator()) {                             \
+      MESSAGE("skipped under emulation (" << std::string(emu_) << "): " << reason); \
+      return;                                                                       \
+    }                                                                               \
+  } while (0)
+
+// s without the lines the emulator itself writes to stderr when the guest dies of a signal
+// ("qemu: uncaught target signal 6 (Aborted) - core dumped"); a native run prints none, so
+// tests that compare a child's exact output compare what the program wrote.
+inline std::string without_emulator_lines(const std::string& s) {
+  if (!emulator()) return s;
+  std::string out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    std::size_t e = s.find('\n', i);
+    e = e == std::string::npos ? s.size() : e + 1;
+    if (s.compare(i, 6, "qemu: ") != 0) out.append(s, i, e - i);
+    i = e;
+  }
+  return out;
+}
+
 }  // namespace corun::test
 
 // ---- death tests --------------------------------------------------------------------
@@ -140,7 +177,11 @@ struct ChildResult {
   bool signaled(int sig) const { return WIFSIGNALED(status) && WTERMSIG(status) == sig; }
 };
 
-// Re-runs this binary as `--corun-child=name` with extra environment entries.
+// Re-runs this binary as `--corun-child=name` with extra environment entries. Under an
+// emulator the child runs under it too: the host kernel cannot exec a foreign binary (no
+// binfmt_misc handler is assumed), so the emulator's command (CORUNTEST_EMULATOR, split at
+// spaces, found in PATH) is spawned with this binary's path (/proc/self/exe, which
+// qemu-user resolves to the guest binary) as its first argument.
 inline ChildResult child_run(const std::string& name, std::vector<std::string> env = {}) {
   ChildResult r;
   char path[] = "/tmp/corun-child-XXXXXX";
@@ -150,7 +191,25 @@ inline ChildResult child_run(const std::string& name, std::vector<std::string> e
   posix_spawn_file_actions_adddup2(&fa, fd, 1);
   posix_spawn_file_actions_adddup2(&fa, fd, 2);
   std::string arg = "--corun-child=" + name;
-  char* argv[] = {const_cast<char*>("corun-tests"), arg.data(), nullptr};
+  std::vector<std::string> words;
+  if (const char* emu = emulator()) {
+    std::string all = emu;
+    for (std::size_t i = 0; i < all.size();) {
+      std::size_t e = all.find(' ', i);
+      if (e == std::string::npos) e = all.size();
+      if (e > i) words.push_back(all.substr(i, e - i));
+      i = e + 1;
+    }
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    words.emplace_back(len > 0 ? std::string(self, static_cast<std::size_t>(len)) : "");
+  } else {
+    words.emplace_back("corun-tests");
+  }
+  words.push_back(arg);
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
   std::vector<std::string> envs;
   for (char** e = environ; *e; e++) envs.emplace_back(*e);
   for (auto& e : env) envs.push_back(e);
@@ -158,8 +217,10 @@ inline ChildResult child_run(const std::string& name, std::vector<std::string> e
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
   pid_t pid;
-  if (posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data()) == 0)
-    waitpid(pid, &r.status, 0);
+  const int spawned =
+      emulator() ? posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data())
+                 : posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), envp.data());
+  if (spawned == 0) waitpid(pid, &r.status, 0);
   posix_spawn_file_actions_destroy(&fa);
   lseek(fd, 0, SEEK_SET);
   char buf[4096];
@@ -167,6 +228,7 @@ inline ChildResult child_run(const std::string& name, std::vector<std::string> e
   while ((n = read(fd, buf, sizeof buf)) > 0) r.output.append(buf, static_cast<std::size_t>(n));
   close(fd);
   unlink(path);
+  r.output = without_emulator_lines(r.output);
   return r;
 }
 

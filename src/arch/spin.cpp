@@ -1,7 +1,11 @@
 // corun arch: calibration of the spin clock and the bounded spin (see spin.hpp).
 //
 // Calibration, once per process:
-//  1. Sanity: 64 back-to-back cycles() reads must be non-zero and never decrease.
+//  1. Sanity: back-to-back cycles() reads must be non-zero and never decrease. The same
+//     reads measure the counter's step: the smallest non-zero difference between two
+//     successive reads (1 tick on hardware; under qemu-user 7.2 CNTVCT_EL0 is
+//     CLOCK_REALTIME in whole microseconds scaled to 62.5 MHz, so 62 ticks). Bounds that
+//     add "one tick" for a coarse counter add one step instead (spin.hpp, timer/clock.cpp).
 //  2. Rate: read CLOCK_MONOTONIC and cycles() together (counter read on both sides of the clock
 //     read, tightest of 8 tries), busy-wait ~2 ms on the clock, read both again; ticks/ns =
 //     dcycles/dns. Preemption inside the window does not bias the ratio (both clocks keep
@@ -28,6 +32,7 @@ namespace detail {
 bool g_use_clock = true;
 double g_ticks_per_ns = 1.0;
 std::uint32_t g_burst = 1;
+std::uint64_t g_step = 1;
 std::atomic<bool> g_calibrated{false};
 }  // namespace detail
 
@@ -45,12 +50,23 @@ constexpr int kPausesPerRound = 1000;
 constexpr double kBurstTargetNs = 50.0;
 constexpr std::uint32_t kMaxBurst = 64;
 
-bool counter_looks_sane() noexcept {
+constexpr int kStepAdvances = 8;          // counter advances seen to measure its step
+constexpr int kStepMaxReads = 1'000'000;  // ~ms on hardware; a stuck counter fails later
+
+// Checks that reads are non-zero and never decrease, and measures the step (the smallest
+// advance between two successive reads) into *step; 0 when the counter never advanced.
+bool counter_looks_sane(std::uint64_t* step) noexcept {
+  *step = 0;
   std::uint64_t prev = cycles();
   if (prev == 0) return false;
-  for (int i = 0; i < 64; ++i) {
+  int advances = 0;
+  for (int i = 0; i < kStepMaxReads && (i < 64 || advances < kStepAdvances); ++i) {
     const std::uint64_t now = cycles();
     if (now < prev) return false;
+    if (now > prev) {
+      if (*step == 0 || now - prev < *step) *step = now - prev;
+      ++advances;
+    }
     prev = now;
   }
   return true;
@@ -79,9 +95,10 @@ ClockPair read_pair() noexcept {
   return best;
 }
 
-// Ticks per ns of cycles() against CLOCK_MONOTONIC, or 0 when the counter is unusable.
-double measure_rate() noexcept {
-  if (!counter_looks_sane()) return 0;
+// Ticks per ns of cycles() against CLOCK_MONOTONIC, or 0 when the counter is unusable;
+// *step as counter_looks_sane.
+double measure_rate(std::uint64_t* step) noexcept {
+  if (!counter_looks_sane(step)) return 0;
   const ClockPair p0 = read_pair();
   if (p0.ticks == 0) return 0;
   while (detail::monotonic_ns() - p0.ns < kCalibrationNs) cpu_relax();
@@ -97,9 +114,12 @@ double measure_rate() noexcept {
 }
 
 void calibrate_once() noexcept {
-  const double rate = measure_rate();
+  std::uint64_t step = 0;
+  const double rate = measure_rate(&step);
   detail::g_use_clock = rate == 0;
   detail::g_ticks_per_ns = rate == 0 ? 1.0 : rate;
+  // The clock fallback counts in ns (its vDSO resolution is 1 ns on the kernels we run on).
+  detail::g_step = rate == 0 || step == 0 ? 1 : step;
 
   // Pause cost in ticks of the chosen spin clock.
   auto now = [] { return detail::g_use_clock ? detail::monotonic_ns() : cycles(); };
@@ -154,16 +174,26 @@ std::uint64_t ns_to_cycles(std::uint64_t ns) noexcept {
 
 void spin_for_ns(std::uint64_t ns) noexcept {
   if (ns == 0) return;
-  // +1 tick: the start read may come just before a tick boundary, so with a coarse counter
-  // (aarch64: often 16-40 ns per tick) "budget ticks seen" can be up to one tick short of
-  // budget ticks elapsed. Saturation: ns_to_cycles returns at most UINT64_MAX.
-  std::uint64_t budget = ns_to_cycles(ns);  // calibrates on first use
-  if (budget != ~std::uint64_t{0}) ++budget;
+  // +1 step: the start read may come just before the counter steps, so with a coarse counter
+  // (aarch64: often 16-40 ns per tick; 1 us under qemu-user) "budget ticks seen" can be up to
+  // one step short of budget ticks elapsed. Saturation: ns_to_cycles returns at most
+  // UINT64_MAX, and add_step keeps it there.
+  const std::uint64_t budget = detail::add_step(ns_to_cycles(ns));  // calibrates on first use
   const std::uint32_t burst = detail::g_burst;
   const std::uint64_t start = spin_now();
   do {
     for (std::uint32_t i = 0; i < burst; ++i) cpu_relax();
   } while (spin_now() - start < budget);  // wraps to huge (= stop) if the counter stepped back
+}
+
+std::uint64_t counter_step() noexcept {
+  detail::ensure_calibrated();
+  return detail::g_step;
+}
+
+double counter_step_ns() noexcept {
+  detail::ensure_calibrated();
+  return static_cast<double>(detail::g_step) / detail::g_ticks_per_ns;
 }
 
 std::uint64_t pause_cost_ns() noexcept {

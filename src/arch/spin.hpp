@@ -47,6 +47,15 @@ double cycles_per_ns() noexcept;
 // ns converted to spin_now() ticks, saturating at UINT64_MAX. Calibrates on first use.
 std::uint64_t ns_to_cycles(std::uint64_t ns) noexcept;
 
+// The counter's step in spin_now() ticks: the smallest advance seen between two successive
+// reads at calibration (1 on hardware counters slower than the read; 62 for qemu-user's
+// microsecond CNTVCT_EL0; 1 in the clock fallback). A bound read off the counter can be short
+// by up to one step, so bounds that must not end early add one. Calibrates on first use.
+std::uint64_t counter_step() noexcept;
+
+// The same in ns (counter_step() / cycles_per_ns()).
+double counter_step_ns() noexcept;
+
 // Busy-waits (cpu_relax loop) for at least ns nanoseconds; returns at once for 0.
 void spin_for_ns(std::uint64_t ns) noexcept;
 
@@ -64,7 +73,8 @@ namespace detail {
 extern bool g_use_clock;                // spin_now() reads CLOCK_MONOTONIC instead of cycles()
 extern double g_ticks_per_ns;           // spin_now() ticks per ns
 extern std::uint32_t g_burst;           // cpu_relax() calls between two checks, ~50 ns worth
-extern std::atomic<bool> g_calibrated;  // release-stored after the three above are written
+extern std::uint64_t g_step;            // counter_step(), >= 1
+extern std::atomic<bool> g_calibrated;  // release-stored after the four above are written
 
 inline std::uint64_t monotonic_ns() noexcept {
   timespec ts;
@@ -76,6 +86,12 @@ inline std::uint64_t monotonic_ns() noexcept {
 inline void ensure_calibrated() noexcept {
   // acquire: pairs with the release store in calibrate(), so the plain fields are visible.
   if (!g_calibrated.load(std::memory_order_acquire)) calibrate();
+}
+
+// A spin budget in ticks plus one counter step, saturating (see counter_step()). Only after
+// calibration.
+inline std::uint64_t add_step(std::uint64_t budget) noexcept {
+  return budget > ~std::uint64_t{0} - g_step ? ~std::uint64_t{0} : budget + g_step;
 }
 }  // namespace detail
 
@@ -92,8 +108,8 @@ inline std::uint64_t spin_now() noexcept {
 template <class Pred>
 bool spin_until(Pred&& done, std::uint64_t ns) noexcept {
   if (done()) return true;
-  std::uint64_t budget = ns_to_cycles(ns);    // calibrates on first use
-  if (budget != ~std::uint64_t{0}) ++budget;  // +1 tick for a coarse counter (see spin.cpp)
+  // +1 step for a coarse counter (see counter_step()); ns_to_cycles calibrates on first use.
+  const std::uint64_t budget = detail::add_step(ns_to_cycles(ns));
   const std::uint32_t burst = detail::g_burst;
   const std::uint64_t start = spin_now();
   for (;;) {

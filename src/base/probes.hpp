@@ -27,7 +27,9 @@
 #define CORUN_PROBE2(name, a, b) DTRACE_PROBE2(corun, name, a, b)
 #define CORUN_PROBE3(name, a, b, c) DTRACE_PROBE3(corun, name, a, b, c)
 #else
-#define CORUN_PROBE1(name, a) ((void)0)
-#define CORUN_PROBE2(name, a, b) ((void)0)
-#define CORUN_PROBE3(name, a, b, c) ((void)0)
+// Without sys/sdt.h the arguments are still evaluated, as the probes evaluate them, so a
+// variable kept only for a probe is not "set but not used" (-Werror).
+#define CORUN_PROBE1(name, a) ((void)(a))
+#define CORUN_PROBE2(name, a, b) ((void)(a), (void)(b))
+#define CORUN_PROBE3(name, a, b, c) ((void)(a), (void)(b), (void)(c))
 #endif

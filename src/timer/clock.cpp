@@ -9,11 +9,17 @@
 // delta huge, which forces a clock read. The pair is taken as counter, clock, counter; it
 // is kept only when the two counter reads are within kPairTightNs, so a preemption between
 // the reads cannot leave the estimate ahead of the clock by the length of the preemption.
-// Worst overshoot is kPairTightNs + kSlackNs + 0.1% of kExtrapolateNs ~ 1.1 us. The
-// firing side always reads the real clock (sched/timers.cpp).
+// A counter only says time is past the start of its current step, so the estimate adds one
+// counter step (arch::counter_step_ns(): 16-40 ns on aarch64 hardware, 1 us under qemu-user,
+// whose CNTVCT_EL0 moves in microseconds) on top of kSlackNs: without it the estimate was
+// up to a step below the clock, and a deadline early by as much.
+// Worst overshoot is kPairTightNs + kSlackNs + one step + 0.1% of kExtrapolateNs ~ 1.1 us
+// on hardware (~2.1 us under qemu). The firing side always reads the real clock
+// (sched/timers.cpp).
 // Rejected: a process-wide pair (a shared line written every 50 µs by every P); the
 // kernel's CLOCK_MONOTONIC_COARSE (a tick behind: deadlines early by up to 4 ms).
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 
 #include "arch/cpu.hpp"
@@ -37,6 +43,7 @@ struct ClockPair {
   std::uint64_t ticks = 0;
   std::int64_t ns = 0;
   std::uint64_t max_ticks = 0;  // 0: not set up (or no usable counter)
+  std::int64_t slack_ns = 0;    // kSlackNs + one counter step, rounded up
 };
 thread_local ClockPair tl_clock;
 
@@ -49,7 +56,7 @@ std::int64_t deadline_now() noexcept {
   if (c.max_ticks != 0) {
     std::uint64_t dt = arch::cycles() - c.ticks;
     if (dt < c.max_ticks)
-      return c.ns + kSlackNs +
+      return c.ns + c.slack_ns +
              static_cast<std::int64_t>(static_cast<double>(dt) *
                                        g_ns_per_tick.load(std::memory_order_relaxed));
   }
@@ -64,6 +71,7 @@ std::int64_t deadline_now() noexcept {
     c.ticks = t0;
     c.ns = ns;
     c.max_ticks = arch::ns_to_cycles(kExtrapolateNs);
+    c.slack_ns = kSlackNs + static_cast<std::int64_t>(std::ceil(arch::counter_step_ns()));
   } else {
     c.max_ticks = 0;  // try again next call; ns itself is a correct "now"
   }

@@ -8,6 +8,14 @@
 // checked in two ways: an assembly helper that loads known values into every callee-saved
 // register right before the switch and reads them back right after (exact), and ordinary C++
 // locals pinned in registers with empty asm statements (what compiled code relies on).
+//
+// The same tests run on x86-64 and aarch64 (make test ARCH=aarch64, under qemu); what differs
+// is a few inline-asm helpers per architecture: the register loader (x86-64 rbx rbp r12-r15;
+// aarch64 x19-x28 d8-d15), an assembly entry that records sp, fp and the return address as
+// the trampoline hands them over (sp 16-aligned at the call, fp 0, return address in the
+// trampoline), and raw reads/writes of the FP control registers (MXCSR control bits and the
+// x87 control word; FPCR). The frame-pointer walk (what perf record -g follows) is portable:
+// both ABIs keep {caller's fp, return address} at fp.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -459,6 +467,206 @@ int child_status(void (*body)()) {
   return status;
 }
 
+// ---- entry state, exactly: an assembly entry records sp, fp and lr as the trampoline left
+// them, then tail-calls the C++ continuation (same stack state, same arg) -------------------
+
+struct EntryRegs {
+  std::uintptr_t sp = 0;  // sp at the first instruction of entry
+  std::uintptr_t fp = 1;  // rbp / x29 there: 0 ends the frame chain
+  std::uintptr_t ra = 0;  // return address: [rsp] on x86-64, x30 on aarch64
+  MainSide* main = nullptr;
+  Fiber* self = nullptr;
+};
+
+}  // namespace
+
+extern "C" void corun_test_entry_probe(void* arg);  // records EntryRegs, then jumps on
+extern "C" [[noreturn]] void corun_test_entry_probe_cont(void* arg) {
+  auto* e = static_cast<EntryRegs*>(arg);
+  corun::arch::san_after_switch(e->self->san);
+  switch_to(*e->self, *e->main, /*from_exiting=*/true);
+  __builtin_trap();
+}
+
+// At a function's first instruction the ABI wants (sp + 8) % 16 == 0 on x86-64 (the call
+// pushed 8 bytes onto a 16-aligned sp) and sp % 16 == 0 on aarch64 (bl pushes nothing).
+#if defined(__x86_64__)
+asm(R"(
+        .text
+        .globl  corun_test_entry_probe
+        .hidden corun_test_entry_probe
+        .type   corun_test_entry_probe, %function
+corun_test_entry_probe:
+        movq    %rsp, 0(%rdi)
+        movq    %rbp, 8(%rdi)
+        movq    (%rsp), %rax
+        movq    %rax, 16(%rdi)
+        jmp     corun_test_entry_probe_cont@PLT
+        .size   corun_test_entry_probe, .-corun_test_entry_probe
+)");
+constexpr std::uintptr_t kEntrySpBelowTop = 8;  // the return address the call pushed
+#elif defined(__aarch64__)
+asm(R"(
+        .text
+        .globl  corun_test_entry_probe
+        .hidden corun_test_entry_probe
+        .type   corun_test_entry_probe, %function
+corun_test_entry_probe:
+        mov     x9, sp
+        str     x9, [x0, #0]
+        str     x29, [x0, #8]
+        str     x30, [x0, #16]
+        b       corun_test_entry_probe_cont
+        .size   corun_test_entry_probe, .-corun_test_entry_probe
+)");
+constexpr std::uintptr_t kEntrySpBelowTop = 0;
+#endif
+
+namespace {
+
+// ---- the frame-pointer chain, walked as perf -g (and gdb without CFI) walk it -------------
+
+// A frame record is two words at fp: the caller's fp, then the return address. Same layout
+// on x86-64 (push rbp; mov rsp, rbp) and aarch64 (stp x29, x30, [sp, #-N]!; mov x29, sp).
+struct ChainWalk {
+  int frames = 0;                // records visited
+  bool in_stack = true;          // every fp inside [lo, hi)
+  bool increasing = true;        // every caller's record above its callee's
+  std::uintptr_t last_ret = 0;   // return address of the outermost record
+  std::uintptr_t outermost = 1;  // the fp the walk ended on (0: a clean end)
+};
+
+ChainWalk walk_frames(std::uintptr_t fp, std::uintptr_t lo, std::uintptr_t hi) {
+  ChainWalk w;
+  std::uintptr_t prev = 0;
+  while (fp != 0 && w.frames < 64) {
+    if (fp < lo || fp + 16 > hi || fp % 8 != 0) {
+      w.in_stack = false;
+      break;
+    }
+    if (fp <= prev) w.increasing = false;
+    prev = fp;
+    const auto* rec = reinterpret_cast<const std::uintptr_t*>(fp);
+    w.last_ret = rec[1];
+    fp = rec[0];
+    ++w.frames;
+  }
+  w.outermost = fp;
+  return w;
+}
+
+struct ChainTest {
+  MainSide* main = nullptr;
+  Fiber* self = nullptr;
+  int depth = 0;
+  ChainWalk running;  // walked by the task itself at the deepest call
+};
+
+int g_chain_sink = 0;  // keeps the nested calls from being tail calls
+
+[[gnu::noinline]] void chain_level(ChainTest* t, int level) {
+  if (level < t->depth) {
+    chain_level(t, level + 1);
+    asm volatile("" ::: "memory");
+    ++g_chain_sink;
+    return;
+  }
+  const auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  t->running = walk_frames(fp, reinterpret_cast<std::uintptr_t>(t->self->stack.lo()),
+                           reinterpret_cast<std::uintptr_t>(t->self->stack.hi()));
+  switch_to(*t->self, *t->main);  // suspended here: main walks the saved chain
+  ++g_chain_sink;
+}
+
+void chain_entry(void* arg) {
+  auto* t = static_cast<ChainTest*>(arg);
+  corun::arch::san_after_switch(t->self->san);
+  chain_level(t, 1);
+  switch_to(*t->self, *t->main, /*from_exiting=*/true);
+  __builtin_trap();
+}
+
+// The saved frame pointer of a suspended context.
+std::uintptr_t saved_fp(const Context& c) {
+#if defined(__x86_64__)
+  return c.rbp;
+#else
+  return c.x29;
+#endif
+}
+
+// ---- floating-point control registers, raw ------------------------------------------------
+
+// The callee-saved FP control state: x86-64 the control bits of MXCSR (the low 6 are sticky
+// status flags, caller-saved) and the x87 control word; aarch64 FPCR.
+struct FpControl {
+  std::uint64_t a = 0;  // MXCSR & 0xFFC0 | FPCR
+  std::uint64_t b = 0;  // x87 control word | 0
+  bool operator==(const FpControl&) const = default;
+};
+
+FpControl read_fp_control() {
+  FpControl c;
+#if defined(__x86_64__)
+  std::uint32_t mxcsr = 0;
+  std::uint16_t cw = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(cw));
+  c.a = mxcsr & 0xFFC0u;
+  c.b = cw;
+#else
+  std::uint64_t fpcr = 0;
+  asm volatile("mrs %0, fpcr" : "=r"(fpcr));
+  c.a = fpcr;
+#endif
+  return c;
+}
+
+void write_fp_control(const FpControl& c) {
+#if defined(__x86_64__)
+  const auto mxcsr = static_cast<std::uint32_t>(c.a);
+  const auto cw = static_cast<std::uint16_t>(c.b);
+  asm volatile("ldmxcsr %0" ::"m"(mxcsr));
+  asm volatile("fldcw %0" ::"m"(cw));
+#else
+  asm volatile("msr fpcr, %0" ::"r"(c.a));
+#endif
+}
+
+// The ABI's initial values (what context_init gives a fresh context).
+#if defined(__x86_64__)
+constexpr FpControl kFpDefault{0x1F80, 0x037F};
+// main: round up, FTZ, DAZ; x87 round down, extended precision.
+constexpr FpControl kFpMain{0x1F80 | 0x4000 | 0x8000 | 0x0040, 0x037F | 0x0400};
+// task: round toward zero, all exceptions masked; x87 toward zero, double precision.
+constexpr FpControl kFpTask{0x1F80 | 0x6000, 0x027F | 0x0C00};
+#else
+constexpr FpControl kFpDefault{0, 0};
+constexpr FpControl kFpMain{(2u << 22) | (1u << 24), 0};  // round to -inf, flush to zero
+constexpr FpControl kFpTask{(3u << 22) | (1u << 25), 0};  // round toward zero, default NaN
+#endif
+
+struct FpRawTest {
+  MainSide* main = nullptr;
+  Fiber* self = nullptr;
+  int rounds = 0;
+  FpControl initial;
+  int mismatches = 0;
+};
+
+void fp_raw_entry(void* arg) {
+  auto* t = static_cast<FpRawTest*>(arg);
+  corun::arch::san_after_switch(t->self->san);
+  t->initial = read_fp_control();
+  write_fp_control(kFpTask);
+  for (int r = 0; r < t->rounds; ++r) {
+    switch_to(*t->self, *t->main);
+    t->mismatches += !(read_fp_control() == kFpTask);
+  }
+  write_fp_control(kFpDefault);
+  switch_to(*t->self, *t->main, /*from_exiting=*/true);
+  __builtin_trap();
+}
 }  // namespace
 
 TEST_SUITE("unit.arch") {
@@ -581,6 +789,92 @@ TEST_SUITE("unit.arch") {
     CHECK(mismatches == 0);
     CHECK(t.mismatches == 0);
     CHECK(t.quotient > down);  // the context really computed with its own mode
+  }
+
+  TEST_CASE("context: at entry sp is ABI-aligned at the stack top, fp = 0, lr in trampoline") {
+    // Exact, from an assembly entry: what the trampoline hands to entry, before any compiled
+    // prologue can hide it. Also with a stack top that is not 16-aligned: context_init
+    // rounds it down.
+    for (std::uintptr_t skew : {0, 8, 5}) {
+      CAPTURE(skew);
+      MainSide main;
+      Fiber fiber;
+      EntryRegs e;
+      e.main = &main;
+      e.self = &fiber;
+      corun::arch::san_init_task(fiber.san, fiber.stack.lo(), kStackSize);
+      void* hi = static_cast<char*>(fiber.stack.hi()) - skew;
+      corun::arch::context_init(&fiber.ctx, fiber.stack.lo(), hi, corun_test_entry_probe, &e);
+      switch_to(main, fiber);
+      fiber.finish();
+      const std::uintptr_t top = reinterpret_cast<std::uintptr_t>(hi) & ~std::uintptr_t{15};
+      CHECK((e.sp + kEntrySpBelowTop) % 16 == 0);
+      CHECK(e.sp == top - kEntrySpBelowTop);
+      CHECK(e.fp == 0);
+      CHECK(in_trampoline(e.ra));
+    }
+  }
+
+  TEST_CASE("context: the frame-pointer chain ends at the trampoline, running and suspended") {
+    // What perf record -g does with frame pointers: follow [fp] = caller's fp and [fp + 8] =
+    // return address until fp is 0. From a call 5 deep in a task, the walk must stay on the
+    // task's stack, climb, and end on the trampoline's return address with fp 0 -- not run
+    // into the creator's stack or garbage. Then the same from the suspended context's saved
+    // fp, as a debugger or a sampling profiler sees a parked task.
+    MainSide main;
+    Fiber fiber;
+    ChainTest t;
+    t.main = &main;
+    t.self = &fiber;
+    t.depth = 5;
+    fiber.start(chain_entry, &t);
+    switch_to(main, fiber);  // the task is now suspended 5 calls deep
+    const auto lo = reinterpret_cast<std::uintptr_t>(fiber.stack.lo());
+    const auto hi = reinterpret_cast<std::uintptr_t>(fiber.stack.hi());
+    const ChainWalk parked = walk_frames(saved_fp(fiber.ctx), lo, hi);
+    switch_to(main, fiber);  // let it finish
+    fiber.finish();
+
+    CHECK(t.running.in_stack);
+    CHECK(t.running.increasing);
+    CHECK(t.running.outermost == 0);
+    CHECK(t.running.frames == t.depth + 1);  // chain_level x depth, then chain_entry
+    CHECK(in_trampoline(t.running.last_ret));
+
+    CHECK(parked.in_stack);
+    CHECK(parked.increasing);
+    CHECK(parked.outermost == 0);
+    CHECK(parked.frames >= t.depth + 1);  // + switch_to if it was not inlined
+    CHECK(parked.frames <= t.depth + 3);
+    CHECK(in_trampoline(parked.last_ret));
+  }
+
+  TEST_CASE("context: FP control registers are per context; a fresh one gets the ABI's") {
+    // Raw registers, every control bit: x86-64 MXCSR (rounding, FTZ, DAZ, masks) and the x87
+    // control word (rounding, precision); aarch64 FPCR (RMode, FZ, DN).
+    const FpControl before = read_fp_control();
+    REQUIRE(before == kFpDefault);
+    MainSide main;
+    Fiber fiber;
+    FpRawTest t;
+    t.main = &main;
+    t.self = &fiber;
+    t.rounds = 200;
+    write_fp_control(kFpMain);  // must not leak into the fresh context
+    const bool took = read_fp_control() == kFpMain;
+    fiber.start(fp_raw_entry, &t);
+    int mismatches = 0;
+    for (int r = 0; r <= t.rounds; ++r) {
+      switch_to(main, fiber);
+      mismatches += !(read_fp_control() == kFpMain);
+    }
+    write_fp_control(kFpDefault);
+    fiber.finish();
+    CHECK(took);  // the hardware (or emulator) keeps these bits
+    CHECK(t.initial == kFpDefault);
+    CHECK(mismatches == 0);
+    CHECK(t.mismatches == 0);
+    CHECK(read_fp_control() == kFpDefault);
   }
 
   TEST_CASE("context: a returning entry traps; bad context_init arguments abort") {

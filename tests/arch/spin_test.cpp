@@ -53,11 +53,14 @@ TEST_SUITE("unit.arch") {
     CHECK(arch::pause_cost_ns() >= 1);
     CHECK(arch::pause_cost_ps() >= 1);
     CHECK(arch::pause_cost_ns() < 100'000);  // < 100 µs per pause would be absurd
+    CHECK(arch::counter_step() >= 1);
+    CHECK(arch::counter_step_ns() < 100'000.0);  // qemu-user's counter: 1 µs
     const std::string source = arch::cycle_counter_usable() ? "cycle counter" : "CLOCK_MONOTONIC";
     MESSAGE("spin clock: " << source << ", " << rate << " ticks/ns; one cpu_relax() = "
                            << static_cast<double>(arch::pause_cost_ps()) / 1000.0 << " ns ("
                            << static_cast<double>(arch::pause_cost_ps()) / 1000.0 * rate
-                           << " ticks)");
+                           << " ticks); counter step " << arch::counter_step() << " ticks ("
+                           << arch::counter_step_ns() << " ns)");
   }
 
   TEST_CASE("spin: cycles() is monotonic over many reads") {

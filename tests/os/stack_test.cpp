@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "arch/sanitizer.hpp"
+#include "support.hpp"  // without_emulator_lines
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -126,6 +127,7 @@ struct ChildResult {
   ::close(fds[0]);
   while (::waitpid(pid, &r.status, 0) < 0 && errno == EINTR) {
   }
+  r.err = corun::test::without_emulator_lines(r.err);
   return r;
 }
 
