@@ -7,8 +7,9 @@
 // during the call, but the values are not one consistent instant (a task may be counted as
 // spawned and not yet as run). Counters only grow during a run and start at zero in each
 // run. CORUN_DEBUG=schedtrace=MS prints the same counters every MS ms.
-// Cost on the hot paths (measured: perf/RESULTS.md, "stats"): one relaxed add per task
-// switch, per park, per spawn and per fired timer, each on its P's own cache line.
+// Cost on the hot paths: one relaxed load+store per task switch, park, spawn and fired
+// timer, each on its P's own cache line; below this machine's noise (perf/RESULTS.md,
+// "What the stats counters cost").
 // Rejected: pool hit counters (a counter on the ~2 ns get/put pair would be a sizeable
 // part of it: the pool reports its slow paths only); global atomics (a shared line
 // written by every P — the contention the runtime exists to avoid).
