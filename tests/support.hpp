@@ -43,6 +43,29 @@ inline int live_cap(int n) {
   return n < kMaxLive ? n : kMaxLive;
 }
 
+// Sets (or, v == nullptr, unsets) an environment variable for one scope and restores it.
+struct EnvGuard {
+  std::string name, old;
+  bool had;
+  EnvGuard(const char* n, const char* v) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    if (v)
+      setenv(n, v, 1);
+    else
+      unsetenv(n);
+  }
+  ~EnvGuard() {
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+};
+
 // Runs fn as the main task of a runtime with procs() Ps (or n if given).
 inline void run(std::function<void()> fn, int n = 0) {
   corun::Config cfg;

@@ -33,23 +33,7 @@ bool wait_until(Pred pred, std::chrono::seconds limit = std::chrono::seconds(20)
   return true;
 }
 
-struct EnvGuard {  // sets a variable for one test and restores it
-  std::string name;
-  std::string old;
-  bool had;
-  EnvGuard(const char* n, const char* v) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    setenv(n, v, 1);
-  }
-  ~EnvGuard() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
+using corun::test::EnvGuard;
 }  // namespace
 
 TEST_SUITE("rt.sched") {

@@ -22,25 +22,7 @@ using corun::sched::TimerSpin;
 
 namespace {
 
-struct Env {  // sets (or unsets, v == nullptr) a variable for one test and restores it
-  std::string name, old;
-  bool had;
-  Env(const char* n, const char* v) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    if (v)
-      setenv(n, v, 1);
-    else
-      unsetenv(n);
-  }
-  ~Env() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
+using Env = corun::test::EnvGuard;
 
 std::int64_t early_in_a_run() {
   std::int64_t early = -1;
