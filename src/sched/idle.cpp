@@ -108,13 +108,16 @@ Task* idle_block(M* m, std::int64_t until) {
     return netpoll(rt, until, &m->park);
   }
   const std::int64_t target = until - early_for(rt);
+  // A target already past (the deadline is nearer than the estimate) makes the wait return
+  // at once: that is no sample of the kernel's lateness.
+  const bool sampled = target > static_cast<std::int64_t>(os::monotonic_ns());
   if (!polls) {
     if (m->park.sleep_until(static_cast<std::uint64_t>(target))) return nullptr;
   } else {
     if (m->park.is_set()) return nullptr;
     if (Task* l = netpoll(rt, target, &m->park)) return l;
   }
-  note_sleep(m, target);
+  if (sampled) note_sleep(m, target);
   spin_until(m, until);
   return nullptr;
 }
