@@ -128,7 +128,13 @@ void idle_wait(M* m) {
     // Publish "asleep with no deadline" first, then scan: an arm after our scan sees
     // kNever and wakes us (the seq_cst pair of idle.hpp).
     rt->idle.until.store(TimerHeap::kNever, std::memory_order_seq_cst);
+    // The earliest deadline of every heap; if that has passed already, it is a running
+    // P's that its P runs at its next schedule (run_due_timers): then the first moment one
+    // is ours (timers_idle_next, a running P's kOwnerLagNs late), spun for, not slept
+    // for (idle_block), so a P that idles meanwhile wakes us without the kernel's latency.
     std::int64_t until = rt->timers.next();
+    if (until != TimerHeap::kNever && until <= static_cast<std::int64_t>(os::monotonic_ns()))
+      until = timers_idle_next(rt, nullptr);
     CORUN_PROBE1(timer_watch, until == TimerHeap::kNever ? -1 : until);
     if (until != TimerHeap::kNever) {
       std::int64_t expect = TimerHeap::kNever;
@@ -153,7 +159,7 @@ void idle_wait(M* m) {
       }
       m->park.clear();  // under the lock: startm cannot be handing us a P meanwhile
       now = static_cast<std::int64_t>(os::monotonic_ns());
-      due = rt->timers.next() <= now;
+      due = timers_idle_next(rt, nullptr) <= now;
       if (!due && !polled) continue;  // woken by an arm, or early: scan again
       // Our own P again if it is idle: this thread is pinned to its CPU.
       if (P* p = pidleget(rt, m->lastp)) {
@@ -170,7 +176,7 @@ void idle_wait(M* m) {
     // Every P is busy: what the poller readied goes to the global queue, and due timers
     // run here (what they ready goes there too).
     if (polled) inject_list(rt, polled);
-    if (due) rt->timers.run_due(now);
+    if (due) run_due_timers(rt, nullptr, now);
   }
 }
 
@@ -196,10 +202,11 @@ bool idle_has_waiter(const Runtime* rt) noexcept {
   return rt->idle.waiter.load(std::memory_order_relaxed) != nullptr;
 }
 
-void idle_wake(Runtime* rt, std::int64_t when) noexcept {
+void idle_wake(Runtime* rt, std::int64_t when, bool start_idle) noexcept {
   // seq_cst load: after our seq_cst store of the heap's earliest (idle.hpp).
   std::int64_t w = rt->idle.until.load(std::memory_order_seq_cst);
   if (w == IdleWait::kNone) {
+    if (!start_idle) return;
     // Nobody asleep. If nobody waits at all while a P idles and the armer holds no
     // running P (a foreign thread, or a task in blocking()), start an M: it finds nothing
     // to run, idles, and becomes the waiter. An armer on a running P needs none: its P
@@ -223,6 +230,8 @@ void idle_wake(Runtime* rt, std::int64_t when) noexcept {
 }
 
 bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
+  // The earliest deadline of every heap, without timers_idle_next's lag for running Ps:
+  // the spinner is there to be on time, and takes a running P's timer if that P idles.
   std::int64_t e = rt->timers.next();
   if (e == TimerHeap::kNever) return false;
   std::int64_t window = std::max(idle_early_ns(rt), kShortWaitNs);

@@ -92,7 +92,9 @@ bool idle_has_waiter(const Runtime* rt) noexcept;
 // A heap's earliest deadline just became `when` (called after its lock is dropped): wakes
 // the waiter if it sleeps past it. With no waiter and a P idle, an armer that holds no
 // running P (a foreign thread, a task in blocking()) starts an M, which idles and waits.
-void idle_wake(Runtime* rt, std::int64_t when) noexcept;
+// start_idle = false: only the sleeping waiter is woken (the caller, about to idle, would
+// become the waiter itself).
+void idle_wake(Runtime* rt, std::int64_t when, bool start_idle = true) noexcept;
 
 // Before idling P p at `now`: if the earliest timer of any P is due within the spin
 // window (max(10 µs, idle_early_ns)) — closer than a sleep can honour — and no other P

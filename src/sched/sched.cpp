@@ -14,6 +14,7 @@
 //   6. give the P back, re-check (see the spinning invariant in sched.hpp), park the M —
 //      in the idle wait if no other M waits there (idle.cpp), which blocks in the
 //      poller until the earliest timer once the runtime has descriptors.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -443,6 +444,46 @@ void stopm(M* m) {
   acquirep(m, p);
 }
 
+// When heap h (of P vp) is another thread's to run: at its earliest deadline e, or
+// kOwnerLagNs after it while vp runs. seq_cst status load: pairs with the seq_cst fence
+// after pidleput in find_runnable (a P idling with timers wakes the waiter, idle_wake).
+std::int64_t takeable_at(const P* vp, const Timers* h, std::int64_t e) noexcept {
+  if (e == TimerHeap::kNever || h != &vp->own_timers) return e;  // global mode: anyone's
+  if (vp->status.load(std::memory_order_seq_cst) != PStatus::running) return e;
+  return e > TimerHeap::kNever - kOwnerLagNs ? TimerHeap::kNever : e + kOwnerLagNs;
+}
+}  // namespace
+
+std::int64_t timers_idle_next(const Runtime* rt, const P* self) noexcept {
+  std::int64_t w = TimerHeap::kNever;
+  for (const P* vp : rt->ps) {
+    const Timers* h = vp->timers;
+    const std::int64_t e = h->next(std::memory_order_seq_cst);
+    w = std::min(w, vp == self ? e : takeable_at(vp, h, e));
+    if (h != &vp->own_timers) break;  // global mode: one heap
+  }
+  return w;
+}
+
+bool run_due_timers(Runtime* rt, P* p, std::int64_t now) noexcept {
+  if (now == 0) {
+    std::int64_t e = rt->timers.next();
+    if (e == TimerHeap::kNever) return false;
+    now = static_cast<std::int64_t>(os::monotonic_ns());
+    if (e > now) return false;
+  }
+  bool any = false;
+  for (P* vp : rt->ps) {
+    Timers* h = vp->timers;
+    const std::int64_t e = h->next();
+    if (e <= now && (vp == p || takeable_at(vp, h, e) <= now) && h->check(now)) any = true;
+    if (h != &vp->own_timers) break;  // global mode: one heap
+  }
+  return any;
+}
+
+namespace {
+
 Task* find_runnable(M* m) {
   Runtime* rt = m->rt;
   for (;;) {
@@ -467,7 +508,7 @@ Task* find_runnable(M* m) {
       p->global_countdown = 61;
       // Likewise every P's overdue timers, so a P stuck in one long task does not hold
       // its timers back until sysmon looks (10 ms) while this one keeps scheduling.
-      if (rt->timers.size() > 1) rt->timers.run_due();
+      if (rt->timers.size() > 1) run_due_timers(rt, p, 0);
       if ((t = globrunqget(rt, p, 1))) {
         new_slice(p);
         return t;
@@ -502,7 +543,7 @@ Task* find_runnable(M* m) {
     // sooner than a sleep could honour. No clock read when no P has a timer.
     if (rt->timers.next() != TimerHeap::kNever) {
       std::int64_t now = static_cast<std::int64_t>(os::monotonic_ns());
-      if (rt->timers.run_due(now)) continue;
+      if (run_due_timers(rt, p, now)) continue;
       if (idle_spin_short(rt, p, now)) continue;
     }
 
@@ -524,8 +565,14 @@ Task* find_runnable(M* m) {
       rt->nmspinning.fetch_sub(1, std::memory_order_seq_cst);
     }
     // Full fence: pairs with inject_global's; after it we see any work pushed to the
-    // global queue before its producer looked at npidle/nmspinning.
+    // global queue before its producer looked at npidle/nmspinning. It also orders our
+    // P's status (idle) before the load of the waiter's deadline below.
     full_fence();
+    // Our timers are anyone's now: a waiter that scanned while we ran (kOwnerLagNs added
+    // to them) and sleeps past them must look again. Pairs with timers_idle_next's seq_cst
+    // status load after the waiter's seq_cst store of its deadline.
+    if (p->timers == &p->own_timers)
+      if (std::int64_t e = p->timers->next(); e != TimerHeap::kNever) idle_wake(rt, e, false);
     bool work = was_spinning ? any_work(rt) : !rt->runq.empty_hint();
     if (work) {
       P* np = nullptr;

@@ -322,6 +322,23 @@ std::unique_ptr<RunnextBackoff> make_backoff(const Backoff& b);  // backoff.cpp
 // Runs p's due timers (one clock read if it has any), deferring the wake-ups of the tasks
 // they ready: the first one runs on this M next. True if it ran any. p's owner only.
 bool run_own_timers(Runtime* rt, P* p) noexcept;
+// Other Ps' timers, for a P about to idle, a P at its 61st schedule and the idle wait.
+// A running P runs its own heap at its next schedule: firing its timers elsewhere fights
+// it for the heap's lock and the timers' channels, and moves the tasks they ready off it
+// (ready() queues on the readier's P). So another thread takes a running P's due timers
+// only once they are kOwnerLagNs overdue (that P is stuck in one long task; sysmon's
+// backstop is 10 ms); an idle or blocked P's are anyone's when due. In
+// CORUN_TIMERS=global the one heap is anyone's.
+inline constexpr std::int64_t kOwnerLagNs = 20'000;
+// The earliest moment some heap's timers are the caller's to run: min over heaps of the
+// earliest deadline, + kOwnerLagNs if its P runs and is not `self` (may be nullptr).
+// TimerHeap::kNever if no timers. seq_cst loads: the idle wait's half of the
+// store-buffering pairs (idle.hpp).
+std::int64_t timers_idle_next(const Runtime* rt, const P* self) noexcept;
+// Runs what is due at `now` (0: read the clock, only if a heap has timers) in p's own heap
+// (p may be nullptr) and in the heaps timers_idle_next deems another thread's. True if it
+// ran any.
+bool run_due_timers(Runtime* rt, P* p, std::int64_t now) noexcept;
 
 // ---- per-P safe points (safepoint.cpp; the contract for the layers above: safepoint.hpp)
 // The owner of p (or whoever holds p outside the idle list): runs the hook if requested.

@@ -11,9 +11,12 @@
 // Who runs a due timer (Go's checkTimers/stealWork/findRunnable):
 //   1. its own P, at every trip through find_runnable and every 8th direct task switch
 //      (one clock read, only when the P has timers);
-//   2. an M about to idle its P, and every P at its 61st schedule, for every heap: the
-//      timers of a P stuck in one long task (Go's TestAfterFuncStarvation);
-//   3. the idle wait (idle.cpp): the one idle M that sleeps until the earliest deadline;
+//   2. an M about to idle its P, and every P at its 61st schedule, for every heap: an
+//      idle P's timers when due, a running P's once kOwnerLagNs (20 µs) overdue — a P
+//      stuck in one long task (Go's TestAfterFuncStarvation); before that they are its
+//      own, since taking them fights it for locks and moves its tasks (sched.hpp);
+//   3. the idle wait (idle.cpp): the one idle M that sleeps until the earliest deadline
+//      (spinning, not sleeping, through a running P's kOwnerLagNs);
 //   4. sysmon, while Ps run and nobody waits idle, every 10 ms at worst.
 // Firing never needs a P: ready(), go() and a non-blocking channel send all work from a
 // thread without one. A node is fired outside every lock, through its own fire() (Go's

@@ -984,6 +984,30 @@ TEST_SUITE("rt.timer") {
     CHECK_FALSE(late);
   }
 
+  TEST_CASE("A running P's timer held back by one long task still fires") {
+    // The task arms on its own P and then holds it without a schedule point, so that P
+    // never looks at its heap: another P or the idle wait takes the timer once it is
+    // kOwnerLagNs overdue (at 1 P, sysmon: 10 ms). A foreign thread receives, so the
+    // firing needs no P to deliver it.
+    std::atomic<bool> fired{false};
+    bool late = false;
+    std::optional<TimePoint> v;
+    trun("held-back timer", [&] {
+      auto t0 = Clock::now();
+      auto ch = corun::new_timer(1ms).channel();
+      std::thread th([&] {
+        v = ch.recv();
+        fired = true;
+      });
+      while (!fired.load() && Clock::now() - t0 < kHang) {
+      }
+      late = !fired.load();
+      th.join();
+      if (v) CHECK(*v >= t0 + 1ms);
+    });
+    CHECK_FALSE(late);
+  }
+
   TEST_CASE("Due timers fire while the only task waits for a thread inside blocking()") {
     // Nothing else ever ran, so no M idles to watch timers; the task's P is in blocking()
     // and the others are idle. Timers armed by the task and by the foreign thread must
