@@ -198,15 +198,6 @@ void throw_send_closed() {
   throw closed_channel("corun: send on closed channel");
 }
 
-namespace {
-bool full_hint(const ChanCore* c) noexcept {
-  return c->cap == 0 ? c->recvq.empty_hint() : c->count.load(std::memory_order_acquire) == c->cap;
-}
-bool empty_hint(const ChanCore* c) noexcept {
-  return c->cap == 0 ? c->sendq.empty_hint() : c->count.load(std::memory_order_acquire) == 0;
-}
-}  // namespace
-
 void chan_send(ChanHeader* h, void* src) {
   if (!h) block_forever();
   ChanCore* c = core(h);

@@ -169,6 +169,15 @@ void chan_wake(ChanWaiter* w) noexcept;  // call without the lock
 // waiter to wake once the lock is dropped, or nullptr.
 enum class Step : std::uint8_t { blocked, done, closed };
 
+// Lock-free "would block" hints (chan.cpp's header comment says why they are sound): no
+// receiver waits / the buffer is full; no sender waits / the buffer is empty.
+inline bool full_hint(const ChanCore* c) noexcept {
+  return c->cap == 0 ? c->recvq.empty_hint() : c->count.load(std::memory_order_acquire) == c->cap;
+}
+inline bool empty_hint(const ChanCore* c) noexcept {
+  return c->cap == 0 ? c->sendq.empty_hint() : c->count.load(std::memory_order_acquire) == 0;
+}
+
 [[gnu::always_inline]] inline Step send_step(ChanCore* c, void* src, ChanWaiter** wake) noexcept
     CORUN_REQUIRES(c->lock) {
   *wake = nullptr;

@@ -100,7 +100,29 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
     block_forever();  // Go: select {} or only nil channels
   }
 
-  // 2. Lock order (insertion sort: a select has a handful of cases).
+  // 2. One lock when one will do: the first case in poll order that looks ready by the
+  // lock-free hints runs under its own channel's lock alone. Pass 1 below would pick the
+  // same case if the hints hold; if the case turns out blocked (a race), the full path
+  // decides. Go locks every case's channel first: a producer's select on a buffered
+  // channel with room, beside a timer and a close channel shared by all, took three
+  // locks, one of them contended by every task, for one send.
+  for (std::size_t k = 0; k < m; k++) {
+    std::size_t i = poll[k];
+    ChanCore* c = core(cs[i].c);
+    if (!c->closed.load(std::memory_order_acquire) && (cs[i].send ? full_hint(c) : empty_hint(c)))
+      continue;
+    c->lock.lock();
+    ChanWaiter* wake;
+    Step st = cs[i].send ? send_step(c, cs[i].elem, &wake) : recv_step(c, cs[i].elem, &wake);
+    c->lock.unlock();
+    if (st == Step::blocked) break;
+    if (wake) chan_wake(wake);
+    if (cs[i].send && st == Step::closed) throw_send_closed();
+    *received = st == Step::done;
+    return i;
+  }
+
+  // 3. Lock order (insertion sort: a select has a handful of cases).
   for (std::size_t k = 0; k < m; k++) {
     std::uint16_t v = poll[k];
     std::size_t j = k;
@@ -113,7 +135,7 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
   LockSet ls{cs, lockorder, m};
   lock_all(ls);
 
-  // 3. Pass 1: the first ready case in poll order.
+  // 4. Pass 1: the first ready case in poll order.
   for (std::size_t k = 0; k < m; k++) {
     std::size_t i = poll[k];
     ChanCore* c = core(cs[i].c);
@@ -133,7 +155,7 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
     return n;
   }
 
-  // 4. Queue a waiter on every case's channel, in lock order, and wait.
+  // 5. Queue a waiter on every case's channel, in lock order, and wait.
   ChanWaiter w_inline[kInline];
   std::unique_ptr<ChanWaiter[]> w_heap;
   ChanWaiter* ws = w_inline;
@@ -161,7 +183,7 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
     sleep_until_woken(&st.woken);  // sees the value, success and winner
   }
 
-  // 5. Woken by the winner's peer: remove the other waiters.
+  // 6. Woken by the winner's peer: remove the other waiters.
   lock_all(ls);
   ChanWaiter* win = st.winner;
   for (std::size_t k = 0; k < m; k++) {
