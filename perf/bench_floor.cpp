@@ -44,6 +44,10 @@
 //   on futexes, so ChanProdCons-2, ChanRequestResponse-2 and Select*-2, whenever the other
 //   P has gone idle, pay this per wake. Two threads at every -cpu, as line=pingpong.
 //
+// - Floor/work=prodcons, Floor/work=div200: the local work SelectProdCons and
+//   CommonParentCancel put in each op (the same loops), on b.procs() threads splitting
+//   b.n: the part of those rows no runtime can remove, at P Ps.
+//
 // Threads: every row runs run_pinned(): plain std::threads, thread i pinned with
 // pthread_setaffinity_np to CPU i % hardware_concurrency() (set explicitly: a thread
 // inherits the affinity of its creator, a corun M pinned to its P's CPU), started and
@@ -74,6 +78,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -336,6 +341,47 @@ void futex_wake_floor(B& b) {
   report_per_op(b, sleeps[0] + sleeps[1], "sleeps/op");
 }
 
+// ---- Floor/work=... ------------------------------------------------------------------
+// The local work some Go benchmarks put in each op, alone: the share of the op neither
+// runtime can remove. b.procs() threads split b.n (the work of one op at P Ps, if it
+// spreads perfectly). Each loop is the benchmark's own (copied, three lines).
+// - work=prodcons: SelectProdCons' (and ChanProdConsWork's) 100 rounds of foo *= 2;
+//   foo /= 2 by the producer and 100 by the consumer (bench_chan.cpp prodcons_work).
+// - work=div200: CommonParentCancel's 200 dependent divisions x /= x + 1
+//   (bench_context.cpp).
+template <class T>
+inline void keep(T& v) {
+  asm volatile("" : "+r"(v));  // the value is used and changed: no folding, no hoisting
+}
+
+enum class Work { prodcons, div200 };
+
+void work_floor(B& b, Work w) {
+  const int threads = b.procs();
+  std::vector<std::int64_t> sink(static_cast<std::size_t>(threads));
+  const std::int64_t n = b.n;
+  run_pinned(b, threads, [&sink, n, threads, w](int t) {
+    const std::int64_t mine = n / threads + (t < n % threads ? 1 : 0);
+    std::int64_t x = 0;
+    for (std::int64_t op = 0; op < mine; ++op) {
+      if (w == Work::prodcons) {
+        for (int i = 0; i < 200; ++i) {
+          x *= 2;
+          keep(x);
+          x /= 2;
+        }
+      } else {
+        for (int i = 0; i < 200; ++i) {
+          keep(x);
+          x /= x + 1;
+        }
+      }
+    }
+    sink[static_cast<std::size_t>(t)] = x;
+  });
+  if (sink[0] == 42) std::printf("%c", ' ');  // used: the loops stay
+}
+
 [[maybe_unused]] const bool registered = [] {
   using corun::bench::register_benchmark;
   register_benchmark("Floor/atomic=cas+xadd", [](B& b) { atomic_floor(b, AtomicOp::cas_xadd); });
@@ -344,6 +390,8 @@ void futex_wake_floor(B& b) {
   register_benchmark("Floor/line=pingpong", line_pingpong);
   register_benchmark("Floor/spinlock", spinlock_floor);
   register_benchmark("Floor/futex=wake", futex_wake_floor);
+  register_benchmark("Floor/work=prodcons", [](B& b) { work_floor(b, Work::prodcons); });
+  register_benchmark("Floor/work=div200", [](B& b) { work_floor(b, Work::div200); });
   return true;
 }();
 
