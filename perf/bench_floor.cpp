@@ -163,6 +163,28 @@ void report_per_op(B& b, std::int64_t count, const char* unit) {
 
 enum class AtomicOp { cas_xadd, cas_store, load };
 
+// n rounds of: lock (CAS 0 -> 1, acquire/release as Mutex::lock/unlock), ++counter,
+// unlock(word), which returns what it left in the word (0 when it can tell nothing else).
+// A value one thread cannot see there goes to `bad` and ends the loop. Inlined: each row
+// gets its own loop.
+template <class Unlock>
+[[gnu::always_inline]] inline void cas_loop(Word& word, std::int64_t& counter, std::int64_t n,
+                                            std::uint32_t& bad, Unlock unlock) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t expected = 0;
+    if (!word.compare_exchange_strong(expected, 1, std::memory_order_acquire,
+                                      std::memory_order_relaxed)) {
+      bad = expected;
+      return;
+    }
+    ++counter;
+    if (const std::uint32_t now = unlock(word); now != 0) {
+      bad = now;
+      return;
+    }
+  }
+}
+
 void atomic_floor(B& b, AtomicOp kind) {
   // The lock word and the counter it guards, on one line (as a Mutex beside its data).
   struct alignas(128) State {
@@ -178,35 +200,16 @@ void atomic_floor(B& b, AtomicOp kind) {
     std::int64_t& counter = s.counter;
     switch (kind) {
       case AtomicOp::cas_xadd:
-        for (std::int64_t i = 0; i < n; ++i) {
-          // acquire/release: a mutex's lock and unlock (Mutex::lock, Mutex::unlock).
-          std::uint32_t expected = 0;
-          if (!word.compare_exchange_strong(expected, 1, std::memory_order_acquire,
-                                            std::memory_order_relaxed)) {
-            bad = expected;
-            break;
-          }
-          ++counter;
-          // The new value is used, as Mutex::unlock passes it to unlock_slow: lock xadd
-          // (a tested result alone compiles to lock sub; the same cost).
-          if (const std::uint32_t now = word.fetch_sub(1, std::memory_order_release) - 1;
-              now != 0) {
-            bad = now;
-            break;
-          }
-        }
+        // The new value is used, as Mutex::unlock passes it to unlock_slow: lock xadd (a
+        // tested result alone compiles to lock sub; the same cost).
+        cas_loop(word, counter, n, bad,
+                 [](Word& w) { return w.fetch_sub(1, std::memory_order_release) - 1; });
         break;
       case AtomicOp::cas_store:
-        for (std::int64_t i = 0; i < n; ++i) {
-          std::uint32_t expected = 0;
-          if (!word.compare_exchange_strong(expected, 1, std::memory_order_acquire,
-                                            std::memory_order_relaxed)) {
-            bad = expected;
-            break;
-          }
-          ++counter;
-          word.store(0, std::memory_order_release);  // a plain mov on x86
-        }
+        cas_loop(word, counter, n, bad, [](Word& w) {
+          w.store(0, std::memory_order_release);  // a plain mov on x86
+          return 0u;
+        });
         break;
       case AtomicOp::load:
         for (std::int64_t i = 0; i < n; ++i) {
