@@ -4,16 +4,19 @@
 // A node holds: a spin lock, its error state (an atomic, read lock-free by err()), an
 // intrusive doubly linked list of children (O(1) unlink), a counted parent pointer, an
 // immutable deadline, its done channel (made on the first done() call, as Go does) and
-// its deadline Timer (after_func whose callback captures the node pointer only, so the
-// std::function stores it in place and does not allocate).
+// its deadline Timer (detail::after_call, whose callback captures the node pointer only,
+// so the std::function stores it in place and does not allocate).
 //
 // Lock order (base/lock.hpp, rank context): a parent's lock before its child's, so
 // cancel walks down the tree holding the locks of the path from the canceled node to the
 // node it is at (Go holds them the same way, by recursion). Removing a node from its
 // parent takes the parent's lock without holding the node's. Under a node's lock, cancel
 // closes the done channel (rank chan) and stops the timer (ranks timer_rec and
-// timers); it never runs user code: a deadline timer's callback
-// runs in its own task, with no context lock held.
+// timers); it never runs user code. A deadline timer's callback (deadline_fired: a cancel,
+// spin locks and channel closes only) runs on the thread that fires the timer, with no
+// lock held (after_call, timer/timer.hpp), not in a task of its own as after_func's fn:
+// a task queued when run() ends is abandoned with the node reference it holds (ASan saw
+// that leak in rt.chaos), and a task per expiry costs a spawn.
 //
 // Guarded by n->lock: n->first (children), n->timer, and n->done until n->done_set is
 // true (from then on n->done is read-only and done() reads it without the lock and
@@ -51,6 +54,7 @@
 #include "base/check.hpp"
 #include "base/lock.hpp"
 #include "context/context_internal.hpp"
+#include "timer/timer.hpp"
 
 namespace corun::detail {
 
@@ -229,13 +233,13 @@ std::pair<Context, CancelFunc> finish(ContextNode* n) {
 
 // Arms n's own deadline timer to fire d from now (the timer reads the clock again, later,
 // so it never fires before n->deadline = an earlier now + d); n is linked and usually not
-// canceled. Throws what after_func throws (std::logic_error outside run()), leaving n
+// canceled. Throws what after_call throws (std::logic_error outside run()), leaving n
 // canceled and unlinked.
 void arm_deadline(ContextNode* n, Duration d) {
   n->refs.fetch_add(1, std::memory_order_relaxed);  // the timer's
   Timer timer;
   try {
-    timer = after_func(d, [n] { deadline_fired(n); });
+    timer = after_call(d, [n] { deadline_fired(n); });
   } catch (...) {
     n->refs.fetch_sub(1, std::memory_order_relaxed);  // the caller holds another
     cancel(n, ContextError::canceled, true);

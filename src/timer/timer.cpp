@@ -121,6 +121,10 @@ void TimerRec::fire(std::int64_t now) noexcept {
         release_rec(this);
       }
       return;
+    case TimerKind::call:
+      fn();  // noexcept by after_call's contract: fire() is noexcept
+      release_rec(this);
+      return;
     case TimerKind::chan:
       try {
         // The moment of the send, read in send order (timer.hpp): never before `now`, the
@@ -174,13 +178,23 @@ namespace corun {
 using detail::TimerKind;
 using detail::TimerRec;
 
-Timer after_func(Duration d, std::function<void()> fn) {
-  TimerRec* t = detail::new_rec(TimerKind::func);
+namespace {
+Timer func_timer(TimerKind kind, Duration d, std::function<void()> fn, const char* what) {
+  TimerRec* t = detail::new_rec(kind);
   Timer handle(t);  // owns the first reference from here on
   t->fn = std::move(fn);
   sched::ForeignPin pin;
-  detail::start(t, d, "corun::after_func");
+  detail::start(t, d, what);
   return handle;
+}
+}  // namespace
+
+Timer after_func(Duration d, std::function<void()> fn) {
+  return func_timer(TimerKind::func, d, std::move(fn), "corun::after_func");
+}
+
+Timer detail::after_call(Duration d, std::function<void()> fn) {
+  return func_timer(TimerKind::call, d, std::move(fn), "corun::with_deadline");
 }
 
 Timer new_timer(Duration d) {

@@ -41,13 +41,14 @@ namespace corun::detail {
 enum class TimerKind : std::uint8_t {
   func,  // after_func: run `fn` in a new task
   chan,  // new_timer/after/Ticker: send the firing time on `ch` without blocking
+  call,  // after_call (the library's own): run `fn` on the firing thread itself
 };
 
 struct TimerRec final : sched::TimerNode {
   TimerKind kind = TimerKind::func;
   std::atomic<std::uint32_t> refs{1};              // acq_rel decrement, see lifetime above
   base::Lock<base::LockRank::timer_rec> mu;        // arm/stop/reset of this record
-  std::function<void()> fn;                        // func: immutable after creation
+  std::function<void()> fn;                        // func, call: immutable after creation
   Chan<Clock::time_point> ch{nullptr};             // chan: immutable after creation;
                                                    // Timer::channel() hands out &ch
   base::Lock<base::LockRank::timer_send> send_mu;  // chan: a firer's clock read and send
@@ -58,6 +59,14 @@ struct TimerRec final : sched::TimerNode {
   }
   void abandon() noexcept override;  // drops the heap's reference
 };
+
+// after_func for the library's own callbacks: `fn` runs on the thread that fires the timer
+// — a P's M between tasks, the idle M or sysmon, with no lock held, not in a task — or, for
+// d <= 0, in the caller. So it must not block, park, throw or run user code; it may take
+// spin locks, close channels and ready tasks (as a chan timer's send does). No task is
+// made: nothing is left queued (and abandoned, leaking what fn holds) when a run ends
+// just after the firing. Context deadlines use it (context.cpp).
+Timer after_call(Duration d, std::function<void()> fn);
 
 // Absolute CLOCK_MONOTONIC deadline d from now: now for d <= 0, TimerHeap::kNever when
 // it would overflow (Duration::max() never fires). Never earlier than the real clock's

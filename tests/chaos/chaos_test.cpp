@@ -398,12 +398,6 @@ std::string run_seed(std::uint64_t seed, bool interrupted) {
     };
     while (!settled() && Clock::now() < limit) corun::sleep(100us);
     if (!settled()) sd.fail.add("timers or foreign-spawned tasks never finished");
-    // A context's deadline timer that fired while its tree was being canceled leaves its
-    // fn (deadline_fired, holding the node) as a task not yet run; returning now would
-    // abandon it with the node (an ASan leak report, 1 in ~4 children here). Idle Ps run
-    // such tasks at once: 2 ms covers them (a stopgap: the runtime offers no way to wait
-    // for them, and an abandoned deadline timer still leaks its node).
-    corun::sleep(2ms);
   });
   // Checks after run(): every task that could touch *s is finished or abandoned.
   const int msgs = std::min(s->next_msg.load(), kMaxMsgs);

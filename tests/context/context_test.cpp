@@ -461,6 +461,34 @@ TEST_SUITE("rt.context") {
     });
   }
 
+  TEST_CASE("a deadline cancels its context even while every P is busy in one task") {
+    // The deadline's cancel runs on the thread that fires the timer (sysmon here, at 1 P),
+    // not in a task of its own that the busy Ps would never run. The task spins without
+    // a schedule point until it sees the error, bounded so a failure is not a hang.
+    bool expired = false;
+    t::run([&] {
+      auto [ctx, cancel] = corun::with_timeout(Context::background(), 1ms);
+      std::atomic<bool> stop{false};
+      corun::WaitGroup wg;
+      for (int i = 1; i < corun::procs(); i++) {  // the other Ps, busy too
+        wg.add(1);
+        corun::go([&] {
+          while (!stop.load()) {
+          }
+          wg.done();
+        });
+      }
+      auto t0 = corun::Clock::now();
+      while (ctx.err() == ContextError::none && corun::Clock::now() - t0 < kGenerous) {
+      }
+      expired = ctx.err() == ContextError::deadline_exceeded;
+      stop = true;
+      wg.wait();
+      cancel();
+    });
+    CHECK(expired);
+  }
+
   TEST_CASE("deadline() is the earlier of the own and the parent's; huge timeouts saturate") {
     t::run([] {
       auto bg = Context::background();
