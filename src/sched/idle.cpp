@@ -134,7 +134,7 @@ void idle_wait(M* m) {
     // for (idle_block), so a P that idles meanwhile wakes us without the kernel's latency.
     std::int64_t until = rt->timers.next();
     if (until != TimerHeap::kNever && until <= static_cast<std::int64_t>(os::monotonic_ns()))
-      until = timers_idle_next(rt, nullptr);
+      until = timers_idle_next(rt);
     CORUN_PROBE1(timer_watch, until == TimerHeap::kNever ? -1 : until);
     if (until != TimerHeap::kNever) {
       std::int64_t expect = TimerHeap::kNever;
@@ -159,7 +159,7 @@ void idle_wait(M* m) {
       }
       m->park.clear();  // under the lock: startm cannot be handing us a P meanwhile
       now = static_cast<std::int64_t>(os::monotonic_ns());
-      due = timers_idle_next(rt, nullptr) <= now;
+      due = timers_idle_next(rt) <= now;
       if (!due && !polled) continue;  // woken by an arm, or early: scan again
       // Our own P again if it is idle: this thread is pinned to its CPU.
       if (P* p = pidleget(rt, m->lastp)) {

@@ -454,12 +454,11 @@ std::int64_t takeable_at(const P* vp, const Timers* h, std::int64_t e) noexcept 
 }
 }  // namespace
 
-std::int64_t timers_idle_next(const Runtime* rt, const P* self) noexcept {
+std::int64_t timers_idle_next(const Runtime* rt) noexcept {
   std::int64_t w = TimerHeap::kNever;
   for (const P* vp : rt->ps) {
     const Timers* h = vp->timers;
-    const std::int64_t e = h->next(std::memory_order_seq_cst);
-    w = std::min(w, vp == self ? e : takeable_at(vp, h, e));
+    w = std::min(w, takeable_at(vp, h, h->next(std::memory_order_seq_cst)));
     if (h != &vp->own_timers) break;  // global mode: one heap
   }
   return w;

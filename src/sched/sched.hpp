@@ -330,11 +330,10 @@ bool run_own_timers(Runtime* rt, P* p) noexcept;
 // backstop is 10 ms); an idle or blocked P's are anyone's when due. In
 // CORUN_TIMERS=global the one heap is anyone's.
 inline constexpr std::int64_t kOwnerLagNs = 20'000;
-// The earliest moment some heap's timers are the caller's to run: min over heaps of the
-// earliest deadline, + kOwnerLagNs if its P runs and is not `self` (may be nullptr).
-// TimerHeap::kNever if no timers. seq_cst loads: the idle wait's half of the
-// store-buffering pairs (idle.hpp).
-std::int64_t timers_idle_next(const Runtime* rt, const P* self) noexcept;
+// The earliest moment some heap's timers are the idle wait's to run: min over heaps of
+// the earliest deadline, + kOwnerLagNs if its P runs. TimerHeap::kNever if no timers.
+// seq_cst loads: the idle wait's half of the store-buffering pairs (idle.hpp).
+std::int64_t timers_idle_next(const Runtime* rt) noexcept;
 // Runs what is due at `now` (0: read the clock, only if a heap has timers) in p's own heap
 // (p may be nullptr) and in the heaps timers_idle_next deems another thread's. True if it
 // ran any.
