@@ -116,6 +116,12 @@ Task* idle_block(M* m, std::int64_t until) {
   } else {
     if (m->park.is_set()) return nullptr;
     if (Task* l = netpoll(rt, target, &m->park)) return l;
+    // The poll returned before its target with nothing readied (events of descriptors no
+    // task waits on, EINTR): no timeout, so no spin — the caller polls again. Spinning
+    // here to `until` would leave I/O unpolled until then: with every task parked on I/O
+    // and sysmon asleep, up to the next deadline (a 120 s connection deadline, in
+    // rt.net.scale's 1-P flake), burning a core meanwhile.
+    if (static_cast<std::int64_t>(os::monotonic_ns()) < target) return nullptr;
   }
   if (sampled) note_sleep(m, target);
   spin_until(m, until);

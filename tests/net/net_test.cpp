@@ -691,6 +691,51 @@ TEST_SUITE("rt.net") {
       });
     CHECK(returned.load() == 0);
   }
+
+  TEST_CASE("an idle poller woken by I/O no task waits for still sees the next I/O") {
+    // Every task parked, one on a read with a far deadline: the idle waiter blocks in the
+    // poller until that deadline. A connection nobody accepts wakes it with an event that
+    // readies nothing; then, after sysmon's first idle second (it stops polling), data
+    // comes for the reader. It must be read at once, not at the deadline: the waiter once
+    // spun to the deadline after such a wake-up without polling again.
+    std::thread th;
+    std::atomic<std::int64_t> wrote_ns{0};
+    double waited = -1;
+    nrun("idle poll", [&](Failures& f) {
+      Pair p = make_pair();
+      const std::uint16_t port = p.ln.port();
+      const int peer = p.c.native_handle();
+      corun::WaitGroup wg;
+      go_safe(f, wg, "reader", [&] {
+        p.s.set_deadline(Clock::now() + 20s);
+        std::byte b[1];
+        Outcome r = attempt([&] { return p.s.read(b); });
+        const auto now = Clock::now().time_since_epoch().count();
+        waited = static_cast<double>(now - wrote_ns.load()) / 1e9;
+        f.expect(r.is_ok(), "read: " + r.str());
+      });
+      th = std::thread([&, port, peer] {
+        std::this_thread::sleep_for(100ms);  // the reader parks, the runtime idles
+        int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons(port);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+          f.add(std::string("raw connect: ") + std::strerror(errno));
+        std::this_thread::sleep_for(2s);  // past sysmon's idle second
+        wrote_ns = Clock::now().time_since_epoch().count();
+        if (::write(peer, "x", 1) != 1) f.add(std::string("raw write: ") + std::strerror(errno));
+        if (fd >= 0) ::close(fd);
+      });
+      wg.wait();
+      corun::blocking([&] { th.join(); });
+    });
+    if (th.joinable()) th.join();
+    MESSAGE("read " << waited << " s after the write");
+    CHECK(waited >= 0);
+    CHECK(waited < 5);  // a hang bound: it is microseconds; the bug made it ~18 s
+  }
 }
 
 // ---- child scenarios ----------------------------------------------------------------
