@@ -322,7 +322,32 @@ Stack StackAllocator::allocate() {
   return s;
 }
 
-bool StackAllocator::release(const Stack& s) noexcept {
+std::size_t StackAllocator::allocate_some(Stack* out, std::size_t n) {
+  std::size_t k = 0;
+  {
+    base::Guard g(mu_);
+    while (k < n && !hot_.empty()) {
+      out[k++] = hot_.back();
+      hot_.pop_back();
+    }
+    if (hot_.size() < hot_low_) hot_low_ = hot_.size();
+  }
+  if (k == 0) {
+    out[0] = allocate();
+    return 1;
+  }
+  for (std::size_t i = 0; i < k; ++i) write_canary(out[i]);  // as allocate() says why
+  return k;
+}
+
+bool StackAllocator::release_some(const Stack* s, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) check_released(s[i]);
+  base::Guard g(mu_);
+  for (std::size_t i = 0; i < n; ++i) hot_.push_back(s[i]);  // capacity reserved: no alloc
+  return hot_.size() > keep_hot_;
+}
+
+void StackAllocator::check_released(const Stack& s) const noexcept {
   if (s.lo == nullptr || s.hi < s.lo ||
       static_cast<std::size_t>(s.hi - s.lo) != stack_bytes_ - kCanaryBytes) {
     char msg[160];
@@ -335,6 +360,10 @@ bool StackAllocator::release(const Stack& s) noexcept {
       (void)!::write(2, msg, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof msg - 1));
     std::abort();
   }
+}
+
+bool StackAllocator::release(const Stack& s) noexcept {
+  check_released(s);
   base::Guard g(mu_);
   hot_.push_back(s);  // capacity reserved in carve_locked(): no allocation
   return hot_.size() > keep_hot_;

@@ -225,6 +225,13 @@ class StackAllocator {
   // Aborts with a message if s is not stack_bytes() long (cheap sanity check). Returns
   // true if the hot list now exceeds keep_hot (time to schedule a trim()).
   bool release(const Stack& s) noexcept;
+  // The same for many at once, under one lock (a P's task cache, sched/task.cpp):
+  // allocate_some hands out up to n (>= 1) stacks, all from the hot list if it has any
+  // (else one, as allocate() finds it), and returns how many; release_some gives n back
+  // and returns what release() would after the last. Rejected: a lock per stack — two
+  // Ps spawning and retiring thousands of tasks at once queued on it in the kernel.
+  std::size_t allocate_some(Stack* out, std::size_t n);
+  bool release_some(const Stack* s, std::size_t n) noexcept;
 
   // A slot's stack size (the option rounded up to pages); hi - lo is kCanaryBytes less.
   std::size_t stack_bytes() const { return stack_bytes_; }
@@ -245,6 +252,7 @@ class StackAllocator {
     std::byte* base;
     std::size_t len;
   };
+  void check_released(const Stack& s) const noexcept;  // aborts with a message if foreign
   Stack carve_locked() CORUN_REQUIRES(mu_);
   void map_slab_locked() CORUN_REQUIRES(mu_);    // throws
   bool take_guard_locked() CORUN_REQUIRES(mu_);  // reserve 2 map entries of guard budget

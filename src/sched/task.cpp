@@ -10,7 +10,9 @@
 // public go() template holds.
 //
 // Recycling: a dead task keeps its stack and record in its P's free list (LIFO, so the
-// next spawn reuses warm cache lines); past kMaxFree, half go back to the allocator.
+// next spawn reuses warm cache lines); past kMaxFree, half go back to the allocator; an
+// empty list refills with up to kStackBatch warm stacks. Both move many stacks per lock
+// of the allocator, which every P of a NUMA node shares.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -28,6 +30,10 @@ namespace {
 // TSan counts every fiber (one per task record, kept while cached: creating one costs
 // milliseconds under TSan) against its limit of 8128 threads, so TSan builds cache fewer.
 constexpr std::uint32_t kMaxFree = CORUN_TSAN ? 32 : 256;
+// Stacks moved between a P's cache and the allocator per lock (StackAllocator's
+// allocate_some/release_some). 1 under TSan, where a record's fiber costs milliseconds
+// to make and must not be made ahead of need. 16 x 40-byte Stacks on the M's stack.
+constexpr std::size_t kStackBatch = CORUN_TSAN ? 1 : 16;
 constexpr std::uint64_t kIdBatch = 1024;
 
 [[noreturn]] void task_entry(void* arg) noexcept;
@@ -43,12 +49,35 @@ Task* init_record(os::StackAllocator* alloc, const os::Stack& s) {
 }
 
 // Returns true if the allocator now holds more idle stacks than it keeps (sysmon trims).
-bool release_record(Task* t) noexcept {
-  os::StackAllocator* alloc = t->origin;
+// Ends record t; returns its stack, for its allocator (t->origin, read first).
+os::Stack end_record(Task* t) noexcept {
   os::Stack s = t->stack;
   arch::san_destroy_task(t->san);
   t->~Task();
-  return alloc->release(s);
+  return s;
+}
+
+bool release_record(Task* t) noexcept {
+  os::StackAllocator* alloc = t->origin;
+  return alloc->release(end_record(t));
+}
+
+// Gives the list `give` back, kStackBatch stacks of one allocator per lock. Returns true
+// if some allocator now holds more idle stacks than it keeps.
+bool release_records(Task* give) noexcept {
+  bool surplus = false;
+  while (give) {
+    os::Stack batch[kStackBatch];
+    os::StackAllocator* alloc = give->origin;
+    std::size_t k = 0;
+    while (give && k < kStackBatch && give->origin == alloc) {
+      Task* nx = give->next;
+      batch[k++] = end_record(give);
+      give = nx;
+    }
+    surplus |= alloc->release_some(batch, k);
+  }
+  return surplus;
 }
 
 // Tells sysmon that idle stacks' memory can go back to the OS (it trims a period later).
@@ -84,8 +113,19 @@ Task* task_alloc(Runtime* rt, P* p, std::size_t size, std::size_t align, TaskFn 
     // Clear the shadow left by frames that never returned (the task's entry frame).
     arch::san_init_task(t->san, t->stack.lo, static_cast<std::size_t>(t->stack.hi - t->stack.lo));
 #endif
+  } else if (p) {
+    // The cache is empty: refill it with what the allocator has warm, under one lock.
+    os::Stack got[kStackBatch];
+    const std::size_t k = p->stacks->allocate_some(got, kStackBatch);
+    for (std::size_t i = 1; i < k; i++) {
+      Task* r = init_record(p->stacks, got[i]);
+      r->next = p->free_tasks;
+      p->free_tasks = r;
+      p->nfree++;
+    }
+    t = init_record(p->stacks, got[0]);
   } else {
-    os::StackAllocator* alloc = p ? p->stacks : rt->stacks.front().get();
+    os::StackAllocator* alloc = rt->stacks.front().get();
     t = init_record(alloc, alloc->allocate());
   }
   t->next = nullptr;
@@ -124,13 +164,7 @@ void task_free(Runtime* rt, P* p, Task* t) noexcept {
     Task* give = keep->next;
     keep->next = nullptr;
     p->nfree = kMaxFree / 2;
-    bool surplus = false;
-    while (give) {
-      Task* nx = give->next;
-      surplus |= release_record(give);
-      give = nx;
-    }
-    if (surplus) note_stack_surplus(rt);
+    if (release_records(give)) note_stack_surplus(rt);
     t->next = p->free_tasks;
     p->free_tasks = t;
     p->nfree++;
@@ -140,11 +174,8 @@ void task_free(Runtime* rt, P* p, Task* t) noexcept {
 }
 
 void task_cache_drain(P* p) noexcept {
-  while (p->free_tasks) {
-    Task* nx = p->free_tasks->next;
-    release_record(p->free_tasks);
-    p->free_tasks = nx;
-  }
+  release_records(p->free_tasks);
+  p->free_tasks = nullptr;
   p->nfree = 0;
 }
 

@@ -17,6 +17,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -252,6 +253,58 @@ TEST_SUITE("unit.os.stack") {
     Stack s4 = a.allocate();
     CHECK(a.stacks_carved() == 4);
     CHECK(s4.lo != s1.lo);
+  }
+
+  TEST_CASE("allocate_some/release_some: warm stacks in batches, one carved when none is") {
+    StackOptions o;
+    o.keep_hot = 4;
+    StackAllocator a(o);
+    Stack out[8];
+    REQUIRE(a.allocate_some(out, 8) == 1);  // nothing warm: one, carved
+    CHECK(a.stacks_carved() == 1);
+    CHECK(corun::os::canary_intact(out[0]));
+    Stack s[6] = {out[0], a.allocate(), a.allocate(), a.allocate(), a.allocate(), a.allocate()};
+    CHECK_FALSE(a.release_some(s, 4));  // 4 hot: not above keep_hot
+    CHECK(a.release_some(s + 4, 2));    // 6 hot: surplus
+    CHECK(a.hot() == 6);
+    REQUIRE(a.allocate_some(out, 4) == 4);  // LIFO: the last released first
+    for (int i = 0; i < 4; ++i) {
+      CHECK(out[i].lo == s[5 - i].lo);
+      CHECK(corun::os::canary_intact(out[i]));
+    }
+    REQUIRE(a.allocate_some(out + 4, 4) == 2);  // the rest, no carving while any is warm
+    CHECK(a.stacks_carved() == 6);
+    CHECK(a.hot() == 0);
+    REQUIRE(a.allocate_some(out + 6, 4) == 1);
+    CHECK(a.stacks_carved() == 7);
+    a.release_some(out, 7);
+    CHECK(a.hot() == 7);
+
+    // Two threads in batches beside one taking single stacks: no stack has two owners.
+    std::vector<std::thread> ts;
+    std::atomic<int> bad{0};
+    for (int t = 0; t < 3; ++t) {
+      ts.emplace_back([&, t] {
+        for (int r = 0; r < 2000; ++r) {
+          Stack mine[5];
+          std::size_t k = t == 2 ? (mine[0] = a.allocate(), 1) : a.allocate_some(mine, 5);
+          for (std::size_t i = 0; i < k; ++i) std::memset(mine[i].hi - 64, t + 1, 64);
+          std::this_thread::yield();
+          for (std::size_t i = 0; i < k; ++i) {
+            for (int j = 1; j <= 64; ++j)
+              if (mine[i].hi[-j] != static_cast<std::byte>(t + 1)) bad++;
+            if (!corun::os::canary_intact(mine[i])) bad++;
+          }
+          if (t == 2)
+            a.release(mine[0]);
+          else
+            a.release_some(mine, k);
+        }
+      });
+    }
+    for (auto& th : ts) th.join();
+    CHECK(bad.load() == 0);
+    CHECK(a.hot() + a.cold() == a.stacks_carved());
   }
 
   TEST_CASE("slabs hold max(1, slab_bytes / (stack + page)) stacks") {
