@@ -628,7 +628,7 @@ func BenchmarkPowser(b *testing.B) {
 // reply channel each request carries; 4 x GOMAXPROCS clients loop: stamp, send, receive
 // the reply, stamp. Each client makes its reply channel (capacity 1) once and reuses it.
 // op = one round trip (b.N split evenly between the clients); p50-ns, p99-ns, p999-ns:
-// nearest-rank percentiles of the round-trip times; cpu%.
+// nearest-rank percentiles of the round-trip times; max-ns, mean-ns; cpu%.
 
 type crrReply struct{ v int64 }
 
@@ -700,5 +700,11 @@ func BenchmarkChanRequestResponse(b *testing.B) {
 	b.ReportMetric(percentile(500), "p50-ns")
 	b.ReportMetric(percentile(990), "p99-ns")
 	b.ReportMetric(percentile(999), "p999-ns")
+	b.ReportMetric(float64(all[len(all)-1]), "max-ns")
+	var sum float64
+	for _, v := range all {
+		sum += float64(v)
+	}
+	b.ReportMetric(sum/float64(len(all)), "mean-ns")
 	m.report(b)
 }
