@@ -242,8 +242,19 @@ bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
   if (e == TimerHeap::kNever) return false;
   std::int64_t window = std::max(idle_early_ns(rt), kShortWaitNs);
   if (e - now > window) return false;
-  // One spinner: the others idle, and the waiter among them sleeps to the deadline.
   auto& spinner = rt->idle.spin.spinner;
+  // Our own heap's timer: ours to spin for, beside any spinner (each P for its own).
+  const std::int64_t own = p->timers == &p->own_timers ? p->timers->next() : TimerHeap::kNever;
+  if (own - now <= window) {
+    while (static_cast<std::int64_t>(os::monotonic_ns()) < own) {
+      arch::cpu_relax();
+      if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
+          rt->stopping.load(std::memory_order_relaxed))
+        break;
+    }
+    return true;
+  }
+  // One spinner: the others idle, and the waiter among them sleeps to the deadline.
   if (spinner.load(std::memory_order_relaxed) || spinner.exchange(true, std::memory_order_acquire))
     return false;
   // Nearer than a sleep can honour (a futex wake-up comes 10-45 µs late in a VM even with

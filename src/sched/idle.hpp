@@ -47,9 +47,11 @@ struct Runtime;
 //             calibration and then by the waiter after each sleep that timed out (one
 //             waiter at a time; a lost update between the two is harmless); read by any
 //             P. Relaxed: a hint that orders nothing.
-//   spinner   true while one P spins for a near deadline (idle_spin_short) — one at a time,
-//             the others idle (on 128 cores, 127 Ps spinning for one timer would burn 127
-//             cores for it); the waiter then sleeps to the deadline without spinning.
+//   spinner   true while one P spins for a near deadline of another P's heap
+//             (idle_spin_short) — one at a time, the others idle (on 128 cores, 127 Ps
+//             spinning for one timer would burn 127 cores for it); the waiter then sleeps
+//             to the deadline without spinning. A P whose own heap has the near deadline
+//             spins for it without the flag: it is that timer's owner, one P per timer.
 //             acquire/release on the claim/release pair, though it guards no data: the
 //             order only keeps the hint fresh.
 // Rejected: a fixed spin (CORUN_TIMER_SPIN_NS, still accepted): 10-45 µs wake-ups in a
@@ -96,10 +98,13 @@ bool idle_has_waiter(const Runtime* rt) noexcept;
 // become the waiter itself).
 void idle_wake(Runtime* rt, std::int64_t when, bool start_idle = true) noexcept;
 
-// Before idling P p at `now`: if the earliest timer of any P is due within the spin
-// window (max(10 µs, idle_early_ns)) — closer than a sleep can honour — and no other P
-// spins for one, spins for it (PAUSE, clock-checked), leaving early if work shows up in
-// p's queue or the global queue. True if it spun (the caller looks again).
+// Before idling P p at `now`: if a timer is due within the spin window (max(10 µs,
+// idle_early_ns)) — closer than a sleep can honour — spins for it (PAUSE, clock-checked),
+// leaving early if work shows up in p's queue or the global queue: for p's own earliest
+// always, for another P's only if no other P spins for one. True if it spun (the caller
+// looks again). Rejected: one spinner for own timers too — two Ps idling between dense
+// timers of their own then took turns sleeping in the kernel and waking another M for
+// them (AfterFunc=50us/idle-2's p50 was 4x Go's).
 bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept;
 
 // How early a timed idle sleep wakes to spin for its deadline: CORUN_TIMER_SPIN_NS if set,
