@@ -127,11 +127,12 @@ void TimerRec::fire(std::int64_t now) noexcept {
       return;
     case TimerKind::chan:
       try {
-        // The moment of the send, read in send order (timer.hpp): never before `now`, the
-        // moment the firing was decided at, nor before a value already sent.
+        // The moment the firing was decided at, in send order (timer.hpp): never before
+        // a value already sent.
         base::Guard g(send_mu);
-        std::int64_t at = static_cast<std::int64_t>(os::monotonic_ns());
-        ch.try_send(Clock::time_point(std::chrono::nanoseconds(at > now ? at : now)));
+        const std::int64_t at = now > last_sent ? now : last_sent;
+        last_sent = at;
+        ch.try_send(Clock::time_point(std::chrono::nanoseconds(at)));
       } catch (const closed_channel&) {
         // The user closed the timer's channel: nothing to deliver.
       }

@@ -12,12 +12,15 @@
 // So stop() — mu, then the heap's lock inside Timers::remove — returns true exactly when it
 // removed the record before a firer took it. A periodic record (Ticker) stays armed: the
 // firer moves it to its next deadline under the heap's lock and fires a copy of the moment.
-// Sends of a chan record are in order: the firer reads the clock and sends under send_mu,
-// so the values a reader receives increase and the n-th of a Ticker's is at least n
-// periods after it was armed. Firings are taken under the heap's lock but sent after it
-// (fire runs unlocked), so without send_mu a firer delayed between the two (preempted:
-// 4 Ps on 2 cores did it within seconds) could send tick k after another had sent tick
-// k+1, a value up to a period "early" for its place (rt.timer AfterStress caught it).
+// Sends of a chan record are in order: the firer sends max(the moment the firing was
+// decided, the last value sent) under send_mu, so the values a reader receives never
+// decrease, each is at or after its deadline (API.md: deadline <= value <= receipt), and
+// the n-th of a Ticker's is at least n periods after it was armed. Firings are taken
+// under the heap's lock but sent after it (fire runs unlocked), so without send_mu a firer
+// delayed between the two (preempted: 4 Ps on 2 cores did it within seconds) could send
+// tick k after another had sent tick k+1, a value up to a period "early" for its place
+// (rt.timer AfterStress caught it). Rejected: reading the clock again at the send (the
+// firing decision read it just before; a second read was 11% of a Ticker tick).
 // Lifetime: `refs` counts the handle (Timer), the heap (one while armed) and a firer in
 // flight; the last release deletes. corun::sleep uses its own node on the task's stack
 // (sleep.cpp), not a record.
@@ -46,12 +49,13 @@ enum class TimerKind : std::uint8_t {
 
 struct TimerRec final : sched::TimerNode {
   TimerKind kind = TimerKind::func;
-  std::atomic<std::uint32_t> refs{1};              // acq_rel decrement, see lifetime above
-  base::Lock<base::LockRank::timer_rec> mu;        // arm/stop/reset of this record
-  std::function<void()> fn;                        // func, call: immutable after creation
-  Chan<Clock::time_point> ch{nullptr};             // chan: immutable after creation;
-                                                   // Timer::channel() hands out &ch
-  base::Lock<base::LockRank::timer_send> send_mu;  // chan: a firer's clock read and send
+  std::atomic<std::uint32_t> refs{1};                    // acq_rel decrement, see lifetime above
+  base::Lock<base::LockRank::timer_rec> mu;              // arm/stop/reset of this record
+  std::function<void()> fn;                              // func, call: immutable after creation
+  Chan<Clock::time_point> ch{nullptr};                   // chan: immutable after creation;
+                                                         // Timer::channel() hands out &ch
+  base::Lock<base::LockRank::timer_send> send_mu;        // chan: a firer's send, in order
+  std::int64_t last_sent CORUN_GUARDED_BY(send_mu) = 0;  // chan: the latest value sent
 
   void fire(std::int64_t now) noexcept override;  // timer.cpp
   void hold() noexcept override {                 // a periodic firing's own reference
