@@ -44,6 +44,10 @@ struct ClockPair {
   std::int64_t ns = 0;
   std::uint64_t max_ticks = 0;  // 0: not set up (or no usable counter)
   std::int64_t slack_ns = 0;    // kSlackNs + one counter step, rounded up
+  // g_ns_per_tick in 32.32 fixed point, rounded up: ticks * mult >> 32 is one multiply
+  // where the double conversion took ~4 ns of a 30 ns Timer::reset. No overflow: ticks <
+  // max_ticks, so ticks * mult < (kExtrapolateNs * 1.001 + 1) << 32, under 2^48.
+  std::uint64_t mult = 0;
 };
 thread_local ClockPair tl_clock;
 
@@ -55,10 +59,7 @@ std::int64_t deadline_now() noexcept {
   ClockPair& c = tl_clock;
   if (c.max_ticks != 0) {
     std::uint64_t dt = arch::cycles() - c.ticks;
-    if (dt < c.max_ticks)
-      return c.ns + c.slack_ns +
-             static_cast<std::int64_t>(static_cast<double>(dt) *
-                                       g_ns_per_tick.load(std::memory_order_relaxed));
+    if (dt < c.max_ticks) return c.ns + c.slack_ns + static_cast<std::int64_t>((dt * c.mult) >> 32);
   }
   if (!arch::cycle_counter_usable()) return now_ns();
   if (g_ns_per_tick.load(std::memory_order_relaxed) == 0)
@@ -72,6 +73,8 @@ std::int64_t deadline_now() noexcept {
     c.ns = ns;
     c.max_ticks = arch::ns_to_cycles(kExtrapolateNs);
     c.slack_ns = kSlackNs + static_cast<std::int64_t>(std::ceil(arch::counter_step_ns()));
+    c.mult = static_cast<std::uint64_t>(
+        std::ceil(g_ns_per_tick.load(std::memory_order_relaxed) * 4294967296.0));
   } else {
     c.max_ticks = 0;  // try again next call; ns itself is a correct "now"
   }
