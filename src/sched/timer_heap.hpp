@@ -13,6 +13,11 @@
 //   - v_[i].when <= v_[i].t->when (equal unless update_lazy pushed the deadline back)
 //     and v_[i].t->index == i for every i; a node outside the heap has index ==
 //     kNotInHeap.
+// A node's `when` is atomic because its owner may push it later without the heap's lock
+// (Timers::push_back, sched/timers.hpp): such a store only raises it, so the key stays a
+// lower bound. The heap itself reads and writes it relaxed, under the owner's lock; it
+// never writes it on its own paths except update()/update_lazy(), whose callers say what
+// races with them. rekey() moves an entry without touching `when`.
 // Ties keep no particular order (Go's neither): timers with one deadline fire in any order.
 // Why 4-ary: half the depth of a binary heap for 400k timers per P (10 levels, not 19),
 // and the four children of a node share one or two cache lines of the pointer array; Go
@@ -21,6 +26,7 @@
 // nanosecond deadlines); std::priority_queue (no removal from the middle).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -30,9 +36,11 @@ namespace corun::sched {
 
 struct HeapNode {
   static constexpr std::uint32_t kNotInHeap = std::numeric_limits<std::uint32_t>::max();
-  std::int64_t when = 0;             // absolute deadline, CLOCK_MONOTONIC ns
+  // Absolute deadline, CLOCK_MONOTONIC ns. Relaxed in the heap; Timers says the orders.
+  std::atomic<std::int64_t> when{0};
   std::uint32_t index = kNotInHeap;  // position in its heap; owner's lock
   bool in_heap() const noexcept { return index != kNotInHeap; }
+  std::int64_t deadline() const noexcept { return when.load(std::memory_order_relaxed); }
 };
 
 class TimerHeap {
@@ -48,7 +56,7 @@ class TimerHeap {
 
   // Adds t (not in any heap) with its current `when`. May allocate (vector growth).
   void push(HeapNode* t) {
-    v_.push_back(Entry{t->when, t});
+    v_.push_back(Entry{t->deadline(), t});
     sift_up(v_.size() - 1, v_.back());
   }
 
@@ -76,10 +84,15 @@ class TimerHeap {
 
   // Changes the deadline of t, which must be in this heap.
   void update(HeapNode* t, std::int64_t when) noexcept {
-    std::int64_t key = v_[t->index].when;
-    t->when = when;
-    Entry e{when, t};
-    if (when < key)
+    t->when.store(when, std::memory_order_relaxed);
+    rekey(t, when);
+  }
+
+  // Moves t (in this heap) to key `key`, which must be <= t->when; t->when is left as it
+  // is (its writer may be racing this call: see Timers::run).
+  void rekey(HeapNode* t, std::int64_t key) noexcept {
+    Entry e{key, t};
+    if (key < v_[t->index].when)
       sift_up(t->index, e);
     else
       sift_down(t->index, e);
@@ -92,7 +105,7 @@ class TimerHeap {
   // at every read) cost no sift until they reach the top.
   void update_lazy(HeapNode* t, std::int64_t when) noexcept {
     if (when >= v_[t->index].when) {
-      t->when = when;
+      t->when.store(when, std::memory_order_relaxed);
       return;
     }
     update(t, when);
@@ -101,15 +114,17 @@ class TimerHeap {
   // If the top's key is below its deadline (update_lazy), re-keys it and sinks it;
   // true if it did (look at the new top).
   bool settle_top() noexcept {
-    if (v_.empty() || v_[0].when == v_[0].t->when) return false;
-    sift_down(0, Entry{v_[0].t->when, v_[0].t});
+    if (v_.empty()) return false;
+    const std::int64_t w = v_[0].t->deadline();
+    if (v_[0].when == w) return false;
+    sift_down(0, Entry{w, v_[0].t});
     return true;
   }
 
   // Walks the whole heap; true if the invariants hold. O(n): debug builds and tests.
   bool verify() const noexcept {
     for (std::size_t i = 0; i < v_.size(); i++) {
-      if (v_[i].t->index != i || v_[i].t->when < v_[i].when) return false;
+      if (v_[i].t->index != i || v_[i].t->deadline() < v_[i].when) return false;
       if (i > 0 && v_[i].when < v_[parent(i)].when) return false;
     }
     return true;

@@ -4,11 +4,13 @@
 // run() pops due nodes under the lock, at most kBatch per hold (a P arming timers is never
 // held off for long), then fires them with no lock held: firing creates tasks and takes
 // channel locks, which must not nest inside a heap lock every other P's stop/reset needs.
-// A node reset to a later deadline keeps its place and key (TimerHeap::update_lazy); run()
-// settles it when its stale key comes due. A periodic node is moved to the next deadline
-// after `now` (missed ticks skipped, as Go's) and fired as it stays armed.
+// A node reset to a later deadline keeps its place and key (push_back's CAS with no lock,
+// or TimerHeap::update_lazy under it); run() settles it when its stale key comes due, and
+// claims a due node by CAS on its `when`, so a push-back and a firing never both win. A
+// periodic node is moved to the next deadline after `now` (missed ticks skipped, as Go's)
+// and fired as it stays armed.
 // Rejected: firing under the lock (above); Go's adjusttimers pass (it exists for Go's
-// lock-free status machine; here stop/reset edit the heap in place under the lock).
+// timerModifiedEarlier: here an earlier reset edits the heap in place under the lock).
 #include "sched/timers.hpp"
 
 #include <pthread.h>
@@ -67,8 +69,15 @@ bool Timers::publish() noexcept {
 }
 
 bool Timers::push_locked(TimerNode* t, std::int64_t when) {
-  t->when = when;
-  heap_.push(t);  // may throw: t stays inactive
+  // release: a push_back that CASes from this value (acq_rel) sees the period stored
+  // before it (Ticker::reset re-reads it; timer.cpp).
+  t->when.store(when, std::memory_order_release);
+  try {
+    heap_.push(t);
+  } catch (...) {  // std::bad_alloc: t stays inactive
+    t->when.store(TimerNode::kInactive, std::memory_order_relaxed);
+    throw;
+  }
   t->owner.store(this, std::memory_order_release);
   return publish();
 }
@@ -87,6 +96,8 @@ bool Timers::remove(TimerNode* t) noexcept {
   if (!b) return false;
   b->lock_.assert_held();
   b->heap_.remove(t);
+  // Relaxed: a push_back racing this sees either (header); the owner store publishes it.
+  t->when.store(TimerNode::kInactive, std::memory_order_relaxed);
   // release: an arming side that sees nullptr (acquire) may add t to another heap without
   // this lock; its writes to when/index come after ours.
   t->owner.store(nullptr, std::memory_order_release);
@@ -96,11 +107,19 @@ bool Timers::remove(TimerNode* t) noexcept {
 }
 
 bool Timers::modify(TimerNode* t, std::int64_t when, std::int64_t period) noexcept {
+  if (period <= 0 && push_back(t, when)) return true;  // later: no lock at all
   Timers* b = lock_owner(t);
   if (!b) return false;
   b->lock_.assert_held();
-  if (period > 0) t->period = period;  // the firer reads it under this lock
-  b->heap_.update_lazy(t, when);       // pushed back: O(1), settled when its key comes due
+  if (period > 0) {
+    t->period.store(period, std::memory_order_relaxed);  // firers read it under this lock
+    // Orders it before update_lazy's relaxed store of `when`, for a push_back that CASes
+    // from that value (acq_rel): the release half of push_locked's store above.
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  // A plain store of `when` (inside update_lazy): a push_back racing it either lands
+  // first and is overwritten, or fails its CAS and retries on the new value.
+  b->heap_.update_lazy(t, when);  // pushed back: O(1), settled when its key comes due
   bool earlier = b->publish();
   b->lock_.unlock();
   if (earlier) idle_wake(b->rt, when);
@@ -127,16 +146,28 @@ void Timers::run(std::int64_t now) noexcept {
         if (heap_.earliest() > now) break;
         if (heap_.settle_top()) continue;  // pushed back by a reset: not due after all
         auto* t = static_cast<TimerNode*>(heap_.top());
-        if (n == 0) first_when = t->when;
-        auto& bucket = late[static_cast<std::size_t>(late_bucket(now - t->when))];
-        bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        if (t->period > 0) {
+        const std::int64_t when = heap_.earliest();  // == t->when as settle_top saw it
+        const std::int64_t period = t->period.load(std::memory_order_relaxed);
+        std::int64_t next = TimerNode::kInactive;
+        if (period > 0) {
           // The next deadline after now (missed ones are skipped, as Go's).
-          std::int64_t steps = 1 + (now - t->when) / t->period, next = 0;
-          if (__builtin_mul_overflow(steps, t->period, &next) ||
-              __builtin_add_overflow(next, t->when, &next))
+          std::int64_t steps = 1 + (now - when) / period;
+          if (__builtin_mul_overflow(steps, period, &next) ||
+              __builtin_add_overflow(next, when, &next))
             next = TimerHeap::kNever;  // beyond the clock's range: no more firings
-          heap_.update(t, next);
+        }
+        // The claim: a push_back (Timers::push_back) that moved `when` since settle_top
+        // makes it fail, and the node is settled again instead of fired. acquire: pairs
+        // with push_back's release; relaxed on failure (nothing read through it).
+        std::int64_t seen = when;
+        if (!t->when.compare_exchange_strong(seen, next, std::memory_order_acquire,
+                                             std::memory_order_relaxed))
+          continue;
+        if (n == 0) first_when = when;
+        auto& bucket = late[static_cast<std::size_t>(late_bucket(now - when))];
+        bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        if (period > 0) {
+          heap_.rekey(t, next);  // `when` is already next, or later (a push_back since)
           t->hold();
         } else {
           heap_.remove(t);
@@ -161,6 +192,7 @@ void Timers::drain() noexcept {
     base::Guard g(lock_);
     while (HeapNode* top = heap_.pop()) {
       auto* t = static_cast<TimerNode*>(top);
+      t->when.store(TimerNode::kInactive, std::memory_order_relaxed);
       t->owner.store(nullptr, std::memory_order_release);
       nodes.push_back(t);
     }

@@ -23,7 +23,14 @@
 // timer.f): the scheduler calls into the timer layer only there.
 //
 // Invariants (Timers):
-//   - heap_ and every member node's when/index: guarded by lock_.
+//   - heap_ and every member node's index: guarded by lock_. A node's `when` is kInactive
+//     exactly while it is inactive; an armed node's `when` changes under lock_, or — only
+//     upwards — by push_back()'s CAS without it. Taking a node out (firing, remove, drain)
+//     is a store or CAS of kInactive under lock_, so push_back() on a node that is leaving
+//     fails and its caller takes the locked path. A firer claims a due node by CAS from
+//     the deadline it found, so a push-back that got in first wins and the node is
+//     settled, not fired (Go 1.14's timerModifiedLater, with the status folded into
+//     `when`).
 //   - earliest_ == heap_.earliest() whenever lock_ is free (every writer stores it before
 //     unlocking). seq_cst: a store of an earlier deadline and the idle M's store of the
 //     deadline it sleeps until form a store-buffering pair (idle.cpp): with seq_cst on both
@@ -32,18 +39,19 @@
 //   - A node is never fired before its deadline: run() pops only when <= now, with now
 //     read after the caller saw earliest_ <= now on the same clock.
 // Rejected: a lock-free heap (stop/reset from other Ps need the index under a lock
-// anyway); std::mutex (a task holding it must not put its M's thread to sleep while it
-// holds a P; the hold is a heap sift, a few hundred ns at most); function pointers the
-// timer layer registers at start-up (two hooks crossing the layer boundary where the
-// node can carry its own fire(), as Go's timer carries f).
-// On 2 sockets × 64 cores: TimerSet::next() reads one line per P on each idle pass; a
-// per-node summary of the earliest deadlines would bound that.
+// anyway; only a push later is lock-free, and it does not touch the heap); std::mutex (a task
+// holding it must not put its M's thread to sleep while it holds a P; the hold is a heap sift, a
+// few hundred ns at most); function pointers the timer layer registers at start-up (two hooks
+// crossing the layer boundary where the node can carry its own fire(), as Go's timer carries f). On
+// 2 sockets × 64 cores: TimerSet::next() reads one line per P on each idle pass; a per-node summary
+// of the earliest deadlines would bound that.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "base/lock.hpp"
@@ -69,16 +77,20 @@ class TimerNode : public HeapNode {
   // The runtime ends with the node armed: it leaves its heap and never fires.
   virtual void abandon() noexcept {}
 
+  // `when` while the node is in no heap (see the invariants above).
+  static constexpr std::int64_t kInactive = std::numeric_limits<std::int64_t>::min();
+
   // > 0: re-armed `period` ns after each deadline (missed ones skipped). Changed only by
   // add()/modify(), i.e. by the arming side (which serialises arms of one node) and
-  // under the heap's lock while armed.
-  std::int64_t period = 0;
+  // under the heap's lock while armed. Atomic (relaxed) because an arming side reads it
+  // without either, to decide whether push_back() can keep it (timer.cpp's Ticker::reset).
+  std::atomic<std::int64_t> period{0};
   // The heap it is in; nullptr when inactive. Stored (release) under that heap's lock by
   // add(); cleared under it by whoever takes the node out. Loaded with acquire.
   std::atomic<Timers*> owner{nullptr};
 
  protected:
-  TimerNode() = default;
+  TimerNode() noexcept { when.store(kInactive, std::memory_order_relaxed); }
   ~TimerNode() = default;  // never deleted through this type
 };
 
@@ -106,6 +118,22 @@ class alignas(64) Timers {
   // later deadline costs O(1) (TimerHeap::update_lazy). False, and nothing done, if t is
   // inactive: the caller arms it with add().
   static bool modify(TimerNode* t, std::int64_t when, std::int64_t period) noexcept;
+  // modify()'s lock-free case: if t is armed and `when` is not before its deadline, moves
+  // the deadline there with one CAS (no lock, no heap: the key stays a lower bound) and
+  // returns true. False, nothing done, otherwise (inactive, leaving, or earlier): the
+  // caller takes the locked path. Needs no foreign gate section: it touches only t.
+  static bool push_back(TimerNode* t, std::int64_t when) noexcept {
+    std::int64_t w = t->when.load(std::memory_order_relaxed);
+    do {
+      if (w == TimerNode::kInactive || when < w) return false;
+      // acq_rel: release, so a firer that claims the node (acquire) sees what this side
+      // wrote before; acquire, so a caller that re-reads the period after (Ticker::reset)
+      // sees the one stored before the value it replaced (timers.cpp). Relaxed on
+      // failure: w is only compared again.
+    } while (!t->when.compare_exchange_weak(w, when, std::memory_order_acq_rel,
+                                            std::memory_order_relaxed));
+    return true;
+  }
   // A snapshot: true while t is armed.
   static bool active(const TimerNode* t) noexcept {
     return t->owner.load(std::memory_order_acquire) != nullptr;

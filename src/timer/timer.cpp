@@ -69,7 +69,7 @@ bool disarm(TimerRec* t) noexcept {
 // remove-and-add); an inactive one is armed on the caller's P. True if it was armed.
 bool rearm(TimerRec* t, std::int64_t when, std::int64_t period, const char* what) {
   if (Timers::modify(t, when, period)) return true;
-  if (period > 0) t->period = period;  // inactive: only mu holders touch it
+  if (period > 0) t->period.store(period, std::memory_order_relaxed);  // inactive: mu's
   arm(t, when, what);
   return false;
 }
@@ -157,6 +157,9 @@ bool timer_stop(TimerRec* t) noexcept {
 
 bool timer_reset(TimerRec* t, Duration d) {
   std::int64_t when = deadline_after(d);
+  // An armed timer pushed later (a deadline renewed at every request): one CAS, no lock,
+  // no gate section (it touches only the record, which the handle keeps).
+  if (Timers::push_back(t, when)) return true;
   sched::ForeignPin pin;
   base::Guard g(t->mu);
   return rearm(t, when, 0, "corun::Timer::reset");
@@ -218,7 +221,7 @@ Ticker::Ticker(Duration period) {
   TimerRec* t = detail::new_rec(TimerKind::chan);
   t_ = Timer(t);
   t->ch = Chan<Clock::time_point>(1);
-  t->period = period.count();
+  t->period.store(period.count(), std::memory_order_relaxed);  // before arming: private
   sched::ForeignPin pin;
   detail::arm(t, detail::deadline_after(period), "corun::Ticker");
 }
@@ -228,9 +231,17 @@ void Ticker::reset(Duration period) {
   TimerRec* t = t_.rec_;
   if (!t) throw std::logic_error("corun::Ticker::reset on a moved-from Ticker");
   std::int64_t when = detail::deadline_after(period);
+  // Same period, later deadline: timer_reset's lock-free case. Then the period is read
+  // again: a reset with another period that ran meanwhile (it stores the period before
+  // `when`, under mu) may have been overtaken by this CAS, and this call must not leave
+  // its deadline with that period, so it redoes itself under mu.
+  const std::int64_t p = period.count();
+  if (t->period.load(std::memory_order_relaxed) == p && sched::Timers::push_back(t, when) &&
+      t->period.load(std::memory_order_relaxed) == p)
+    return;
   sched::ForeignPin pin;
   base::Guard g(t->mu);
-  detail::rearm(t, when, period.count(), "corun::Ticker::reset");
+  detail::rearm(t, when, p, "corun::Ticker::reset");
 }
 
 }  // namespace corun

@@ -7,10 +7,14 @@
 //   inactive  owner == nullptr: never armed, stopped, or taken for firing. Only a holder
 //             of `mu` may arm it (Timers::add).
 //   armed     in a heap (owner): its when/index are that heap's. Whoever runs the heap may
-//             take it for firing (the decision is taken under the heap's lock and is
-//             final); holders of `mu` may remove or move it (Timers::remove/modify).
+//             take it for firing (the decision is taken under the heap's lock, by CAS on
+//             `when`, and is final); holders of `mu` may remove or move it
+//             (Timers::remove/modify); anyone may push its deadline later without mu or
+//             the heap's lock (Timers::push_back, one CAS: Timer::reset's and a same-period
+//             Ticker::reset's fast path).
 // So stop() — mu, then the heap's lock inside Timers::remove — returns true exactly when it
-// removed the record before a firer took it. A periodic record (Ticker) stays armed: the
+// removed the record before a firer took it, and a reset returns true exactly when its
+// deadline replaced one no firer had taken. A periodic record (Ticker) stays armed: the
 // firer moves it to its next deadline under the heap's lock and fires a copy of the moment.
 // Sends of a chan record are in order: the firer sends max(the moment the firing was
 // decided, the last value sent) under send_mu, so the values a reader receives never
@@ -24,9 +28,11 @@
 // Lifetime: `refs` counts the handle (Timer), the heap (one while armed) and a firer in
 // flight; the last release deletes. corun::sleep uses its own node on the task's stack
 // (sleep.cpp), not a record.
-// Rejected: Go's lock-free status machine (timerModifying, timerMoving, …): it exists to
-// avoid a per-P lock on the fast path; corun's per-P lock is uncontended on that path
-// (the arming P's own), and a lock makes the stop/fire race easy to state and check.
+// Rejected: Go's whole lock-free status machine (timerModifying, timerMoving, …): only
+// its timerModifiedLater case is kept (push_back), because there the two uncontended
+// locks were the cost (a reset took 37 ns, a push-back 26, of which ~10 are the counter
+// read); stop, arming and earlier resets keep the locks, which make their races easy to
+// state and check.
 #pragma once
 
 #include <atomic>

@@ -167,7 +167,7 @@ TEST_SUITE("unit.timer.heap") {
     }
     REQUIRE(h.verify());
     std::int64_t true_min = std::numeric_limits<std::int64_t>::max();
-    for (std::size_t i = 0; i < n; i++) true_min = std::min(true_min, nodes[i].when);
+    for (std::size_t i = 0; i < n; i++) true_min = std::min(true_min, nodes[i].when.load());
     CHECK(h.earliest() <= true_min);  // a lower bound
     // Drain the way Timers::run does: settle a top whose key is below its deadline.
     std::int64_t last = std::numeric_limits<std::int64_t>::min();

@@ -880,6 +880,91 @@ TEST_SUITE("rt.timer") {
     CHECK(mismatch.load() == 0);
   }
 
+  // A task and a foreign thread each reset their own after_func timer over and over,
+  // later (the lock-free push-back) or earlier (the locked path), while it comes due and
+  // fires on whatever thread runs its heap. Every arm (the first, and each reset that
+  // returned false) fires exactly once. And a reset that returned false (its timer had
+  // fired) came after the deadline the previous reset set: a push-back that returned
+  // true was never overtaken by a firing at the deadline it replaced.
+  TEST_CASE("Push-backs race firing: each fired arm was due; fires == 1 + false resets") {
+    const int rounds = kSan ? 10 : 40, per_racer = kSan ? 300 : 2000;
+    std::atomic<int> mismatch{0}, overtaken{0};
+    trun("push-back race", [&] {
+      std::uint64_t seed = seed_for("push-back race");
+      for (int round = 0; round < rounds; round++) {
+        auto racer = [&](std::uint64_t s) {
+          std::mt19937_64 rnd(s);
+          std::atomic<int> ran{0};
+          // A lower bound of the deadline the previous call set: the clock before it + d.
+          TimePoint prev_due = Clock::now() + 30us;
+          corun::Timer tm = corun::after_func(30us, [&ran] { ran++; });
+          int rearms = 0;
+          for (int i = 0; i < per_racer; i++) {
+            // 0-3 us: about as long as a reset or two, so most resets push later, some
+            // pull earlier, and the timer comes due (and is claimed) between them.
+            Duration d(static_cast<std::int64_t>(rnd() % 3'000));
+            const TimePoint before = Clock::now();
+            const bool active = tm.reset(d);
+            if (!active) {
+              rearms++;
+              if (Clock::now() < prev_due) overtaken++;
+            }
+            prev_due = before + d;
+          }
+          if (!wait_until([&] { return ran.load() >= 1 + rearms; })) mismatch++;
+          // No arm fires twice (the test's own 1 ms is far past every deadline).
+          corun::sleep(1ms);
+          if (ran.load() != 1 + rearms) mismatch++;
+          tm.stop();
+        };
+        corun::WaitGroup wg;
+        wg.add(1);
+        corun::go([&] {
+          racer(seed + 2 * static_cast<std::uint64_t>(round));
+          wg.done();
+        });
+        std::thread foreign(racer, seed + 2 * static_cast<std::uint64_t>(round) + 1);
+        // Without the P: the foreign racer waits for its fired tasks, which need one.
+        corun::blocking([&] { foreign.join(); });
+        wg.wait();
+      }
+    });
+    CHECK(mismatch.load() == 0);
+    CHECK(overtaken.load() == 0);
+  }
+
+  // A timer pushed later again and again (a deadline renewed at every request) by one
+  // task never fires while it is renewed, and fires once, no earlier than the last
+  // renewal's clock reading + d, when the renewals stop.
+  TEST_CASE("A timer renewed faster than its duration fires once, after the last renewal") {
+    const int rounds = kSan ? 3 : 8;
+    std::atomic<int> bad{0};
+    trun("renewed timer", [&] {
+      for (int round = 0; round < rounds; round++) {
+        std::atomic<int> ran{0};
+        std::atomic<std::int64_t> fired_at{0};
+        const Duration d = 100ms;
+        corun::Timer tm = corun::after_func(d, [&] {
+          fired_at.store(Clock::now().time_since_epoch().count());
+          ran++;
+        });
+        TimePoint last{};
+        bool all_active = true;
+        const TimePoint stop_at = Clock::now() + 5ms;
+        while (Clock::now() < stop_at) {
+          last = Clock::now();
+          all_active &= tm.reset(d);  // a 100 ms timer renewed every few us: never due
+        }
+        if (!all_active) bad++;
+        if (!wait_until([&] { return ran.load() >= 1; })) bad++;
+        corun::sleep(1ms);
+        if (ran.load() != 1) bad++;
+        if (fired_at.load() < (last + d).time_since_epoch().count()) bad++;
+      }
+    });
+    CHECK(bad.load() == 0);
+  }
+
   TEST_CASE("Channel timers stopped from a foreign thread: value iff stop() returned false") {
     const int rounds = 400 / t::kScale;
     std::atomic<int> mismatch{0}, stray{0};
