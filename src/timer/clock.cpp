@@ -1,6 +1,6 @@
-// timer/clock.cpp — the deadline clock: "now" for computing a timer's deadline, from the
-// cycle counter when it is usable: clock_gettime (~25 ns) would be most of a
-// Timer::reset.
+// timer/clock.cpp — the deadline clock's slow path (the fast path is inline in
+// timer/clock.hpp): "now" for computing a timer's deadline, from the cycle counter when it
+// is usable: clock_gettime (~21 ns here) would be most of a Timer::reset.
 //
 // Each thread keeps one (counter, clock) pair and extrapolates from it for at most
 // kExtrapolateNs, with the counter's calibrated rate inflated by 1/1000 and kSlackNs
@@ -25,7 +25,7 @@
 #include "arch/cpu.hpp"
 #include "arch/spin.hpp"
 #include "os/thread.hpp"
-#include "timer/timer.hpp"
+#include "timer/clock.hpp"
 
 namespace corun::detail {
 
@@ -39,28 +39,16 @@ constexpr std::int64_t kSlackNs = 20;  // covers the reads being reordered (cycl
 // thread that finds it 0: a benign race on one value, made atomic (relaxed) for TSan.
 std::atomic<double> g_ns_per_tick{0};
 
-struct ClockPair {
-  std::uint64_t ticks = 0;
-  std::int64_t ns = 0;
-  std::uint64_t max_ticks = 0;  // 0: not set up (or no usable counter)
-  std::int64_t slack_ns = 0;    // kSlackNs + one counter step, rounded up
-  // g_ns_per_tick in 32.32 fixed point, rounded up: ticks * mult >> 32 is one multiply
-  // where the double conversion took ~4 ns of a 30 ns Timer::reset. No overflow: ticks <
-  // max_ticks, so ticks * mult < (kExtrapolateNs * 1.001 + 1) << 32, under 2^48.
-  std::uint64_t mult = 0;
-};
-thread_local ClockPair tl_clock;
-
 std::int64_t now_ns() noexcept {
   return static_cast<std::int64_t>(os::monotonic_ns());
 }
 
-std::int64_t deadline_now() noexcept {
+}  // namespace
+
+thread_local constinit ClockPair tl_clock;
+
+std::int64_t deadline_now_slow() noexcept {
   ClockPair& c = tl_clock;
-  if (c.max_ticks != 0) {
-    std::uint64_t dt = arch::cycles() - c.ticks;
-    if (dt < c.max_ticks) return c.ns + c.slack_ns + static_cast<std::int64_t>((dt * c.mult) >> 32);
-  }
   if (!arch::cycle_counter_usable()) return now_ns();
   if (g_ns_per_tick.load(std::memory_order_relaxed) == 0)
     g_ns_per_tick.store(1.001 / arch::cycles_per_ns(), std::memory_order_relaxed);
@@ -79,16 +67,6 @@ std::int64_t deadline_now() noexcept {
     c.max_ticks = 0;  // try again next call; ns itself is a correct "now"
   }
   return ns;
-}
-
-}  // namespace
-
-std::int64_t deadline_after(Duration d) noexcept {
-  std::int64_t now = deadline_now();
-  std::int64_t n = d.count();
-  if (n <= 0) return now;
-  if (n >= sched::TimerHeap::kNever - now) return sched::TimerHeap::kNever;
-  return now + n;
 }
 
 }  // namespace corun::detail

@@ -155,14 +155,21 @@ bool timer_stop(TimerRec* t) noexcept {
   return disarm(t);
 }
 
+namespace {
+// timer_reset's locked path: out of line, so the push-back saves no registers for it.
+[[gnu::noinline]] bool reset_locked(TimerRec* t, std::int64_t when) {
+  sched::ForeignPin pin;
+  base::Guard g(t->mu);
+  return rearm(t, when, 0, "corun::Timer::reset");
+}
+}  // namespace
+
 bool timer_reset(TimerRec* t, Duration d) {
   std::int64_t when = deadline_after(d);
   // An armed timer pushed later (a deadline renewed at every request): one CAS, no lock,
   // no gate section (it touches only the record, which the handle keeps).
   if (Timers::push_back(t, when)) return true;
-  sched::ForeignPin pin;
-  base::Guard g(t->mu);
-  return rearm(t, when, 0, "corun::Timer::reset");
+  return reset_locked(t, when);
 }
 
 bool timer_active(TimerRec* t) noexcept {

@@ -44,6 +44,7 @@
 
 #include "base/lock.hpp"
 #include "sched/timers.hpp"
+#include "timer/clock.hpp"
 
 namespace corun::detail {
 
@@ -77,10 +78,5 @@ struct TimerRec final : sched::TimerNode {
 // made: nothing is left queued (and abandoned, leaking what fn holds) when a run ends
 // just after the firing. Context deadlines use it (context.cpp).
 Timer after_call(Duration d, std::function<void()> fn);
-
-// Absolute CLOCK_MONOTONIC deadline d from now: now for d <= 0, TimerHeap::kNever when
-// it would overflow (Duration::max() never fires). Never earlier than the real clock's
-// now + d (clock.cpp, the deadline clock).
-std::int64_t deadline_after(Duration d) noexcept;
 
 }  // namespace corun::detail
