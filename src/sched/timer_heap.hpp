@@ -83,8 +83,9 @@ class TimerHeap {
   }
 
   // Changes the deadline of t, which must be in this heap.
-  void update(HeapNode* t, std::int64_t when) noexcept {
-    t->when.store(when, std::memory_order_relaxed);
+  void update(HeapNode* t, std::int64_t when,
+              std::memory_order order = std::memory_order_relaxed) noexcept {
+    t->when.store(when, order);
     rekey(t, when);
   }
 
@@ -103,12 +104,13 @@ class TimerHeap {
   // be early, and whoever runs the heap must call settle_top() when the top's key is due
   // but its deadline is not. Timers pushed back again and again (a connection's deadline
   // at every read) cost no sift until they reach the top.
-  void update_lazy(HeapNode* t, std::int64_t when) noexcept {
+  void update_lazy(HeapNode* t, std::int64_t when,
+                   std::memory_order order = std::memory_order_relaxed) noexcept {
     if (when >= v_[t->index].when) {
-      t->when.store(when, std::memory_order_relaxed);
+      t->when.store(when, order);
       return;
     }
-    update(t, when);
+    update(t, when, order);
   }
 
   // If the top's key is below its deadline (update_lazy), re-keys it and sinks it;
