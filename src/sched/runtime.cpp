@@ -398,7 +398,7 @@ void yield() {
     std::this_thread::yield();
     return;
   }
-  switch_to_g0(m->curg, Action::yield);
+  yield_task(m);
 }
 
 namespace sched {

@@ -302,7 +302,10 @@ void task_free(Runtime* rt, P* p, Task* t) noexcept;  // dead task back to a cac
 // directly), whose m->action says why.
 Task* switch_to_task(M* m, Task* t) noexcept;
 void switch_to_g0(Task* t, Action a) noexcept;  // from a task
-void finish_switch(M* m) noexcept;              // first thing after a task is resumed
+// corun::yield from a task holding m's P: straight to the P's next local task when there
+// is one (the yielder goes to the ring's tail once off its stack), else through g0.
+void yield_task(M* m) noexcept;
+void finish_switch(M* m) noexcept;  // first thing after a task is resumed
 // Completes what task t asked for when it left its M (m->action: park, yield, exit,
 // syscall_exit), once nothing runs on t's stack: on g0 after a switch to it, or in
 // finish_switch after a direct switch. sched.cpp.

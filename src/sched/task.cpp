@@ -306,6 +306,18 @@ void park(void (*commit)(void*), void* arg) noexcept {
   switch_to_g0(self, Action::park);
 }
 
+void yield_task(M* m) noexcept {
+  // One switch instead of two through g0 (a 2-task yield loop at 1 P: 105 -> ~60 ns per
+  // round). direct_next keeps g0's turns: the global queue every 61st pick, due timers,
+  // shutdown; with nothing local, g0's find_runnable also polls the network and steals.
+  Task* self = m->curg;
+  if (Task* next = direct_next(m)) {
+    switch_direct(m, self, next, Action::yield);
+    return;
+  }
+  switch_to_g0(self, Action::yield);
+}
+
 Task* current_task() noexcept {
   M* m = current_m();
   return m ? m->curg : nullptr;

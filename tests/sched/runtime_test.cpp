@@ -169,6 +169,49 @@ TEST_SUITE("rt.sched") {
     CHECK(ok);
   }
 
+  TEST_CASE("tasks yielding to each other still let the global queue and timers in") {
+    // At 1 P two tasks that only yield switch straight to each other (no trip through the
+    // scheduler's loop); the main task, readied through the global queue by a foreign
+    // thread and then asleep on a timer, must still get its turns. The yielders give up
+    // after 20 s, so starvation fails the test instead of hanging it.
+    bool received = false, woke = false, starved = false;
+    t::run(
+        [&] {
+          std::atomic<bool> stop{false}, gave_up{false};
+          corun::WaitGroup wg;
+          wg.add(2);
+          for (int i = 0; i < 2; i++) {
+            corun::go([&] {
+              const auto t0 = std::chrono::steady_clock::now();
+              for (long n = 0; !stop.load(std::memory_order_relaxed); n++) {
+                if ((n & 1023) == 0 && std::chrono::steady_clock::now() - t0 > 20s) {
+                  gave_up = true;
+                  break;
+                }
+                corun::yield();
+              }
+              wg.done();
+            });
+          }
+          corun::Chan<int> from_thread;
+          std::thread th([from_thread]() mutable {
+            std::this_thread::sleep_for(10ms);
+            from_thread.send(7);  // readies main through the global queue
+          });
+          received = from_thread.recv() == 7;
+          corun::blocking([&] { th.join(); });
+          corun::sleep(2ms);  // a timer on this P, due while the two yield
+          woke = true;
+          stop = true;
+          wg.wait();
+          starved = gave_up.load();
+        },
+        1);
+    CHECK(received);
+    CHECK(woke);
+    CHECK_FALSE(starved);
+  }
+
   TEST_CASE("blocking() lets other tasks run on that P meanwhile") {
     bool saw_other = false;
     t::run(
