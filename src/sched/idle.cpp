@@ -94,9 +94,10 @@ bool idle_try_become(Runtime* rt, M* m) noexcept {
 }
 
 // The waiter's sleep until `until`: in the poller once the runtime has descriptors (its
-// wakers break it, idle_wake_waiter), else on its note; woken idle_early_ns before it and
-// spinning the rest. Returns what the poller readied.
-Task* idle_block(M* m, std::int64_t until) {
+// wakers break it, idle_wake_waiter), else on its note; if precise, woken idle_early_ns
+// before it and spinning the rest, else a plain sleep (a fallback: timers_waiter_next).
+// Returns what the poller readied.
+Task* idle_block(M* m, std::int64_t until, bool precise) {
   Runtime* rt = m->rt;
   const bool polls = rt->netpoll.inited.load(std::memory_order_acquire);
   if (until == TimerHeap::kNever) {
@@ -107,7 +108,7 @@ Task* idle_block(M* m, std::int64_t until) {
     if (m->park.is_set()) return nullptr;  // woken already (a waker sets it, then breaks)
     return netpoll(rt, until, &m->park);
   }
-  const std::int64_t target = until - early_for(rt);
+  const std::int64_t target = precise ? until - early_for(rt) : until;
   // A target already past (the deadline is nearer than the estimate) makes the wait return
   // at once: that is no sample of the kernel's lateness.
   const bool sampled = target > static_cast<std::int64_t>(os::monotonic_ns());
@@ -124,7 +125,7 @@ Task* idle_block(M* m, std::int64_t until) {
     if (static_cast<std::int64_t>(os::monotonic_ns()) < target) return nullptr;
   }
   if (sampled) note_sleep(m, target);
-  spin_until(m, until);
+  if (precise) spin_until(m, until);
   return nullptr;
 }
 
@@ -138,16 +139,17 @@ void idle_wait(M* m) {
     // P's that its P runs at its next schedule (run_due_timers): then the first moment one
     // is ours (timers_idle_next, a running P's kOwnerLagNs late), spun for, not slept
     // for (idle_block), so a P that idles meanwhile wakes us without the kernel's latency.
-    std::int64_t until = rt->timers.next();
-    if (until != TimerHeap::kNever && until <= static_cast<std::int64_t>(os::monotonic_ns()))
-      until = timers_idle_next(rt);
+    // A deadline whose own P spins for it is that P's: only a late fallback here
+    // (timers_waiter_next), slept for, not spun for.
+    bool precise = true;
+    std::int64_t until = timers_waiter_next(rt, &precise);
     CORUN_PROBE1(timer_watch, until == TimerHeap::kNever ? -1 : until);
     if (until != TimerHeap::kNever) {
       std::int64_t expect = TimerHeap::kNever;
       // Fails only if an armer already claimed the wake-up (our note is set).
       rt->idle.until.compare_exchange_strong(expect, until, std::memory_order_seq_cst);
     }
-    Task* polled = idle_block(m, until);
+    Task* polled = idle_block(m, until, precise);
     std::int64_t now = 0;
     bool due = false;
     {
@@ -236,24 +238,31 @@ void idle_wake(Runtime* rt, std::int64_t when, bool start_idle) noexcept {
 }
 
 bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
-  // The earliest deadline of every heap, without timers_idle_next's lag for running Ps:
-  // the spinner is there to be on time, and takes a running P's timer if that P idles.
-  std::int64_t e = rt->timers.next();
-  if (e == TimerHeap::kNever) return false;
-  std::int64_t window = std::max(idle_early_ns(rt), kShortWaitNs);
-  if (e - now > window) return false;
-  auto& spinner = rt->idle.spin.spinner;
-  // Our own heap's timer: ours to spin for, beside any spinner (each P for its own).
+  const std::int64_t window = std::max(idle_early_ns(rt), kShortWaitNs);
+  // Our own heap's timer: ours to spin for, beside any spinner (each P for its own), and
+  // no one else's (own_spin: the other idle Ms and the waiter leave it to us).
   const std::int64_t own = p->timers == &p->own_timers ? p->timers->next() : TimerHeap::kNever;
   if (own - now <= window) {
-    while (static_cast<std::int64_t>(os::monotonic_ns()) < own) {
+    p->own_spin.store(own, std::memory_order_relaxed);
+    std::int64_t t = now;
+    while ((t = static_cast<std::int64_t>(os::monotonic_ns())) < own) {
       arch::cpu_relax();
       if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
           rt->stopping.load(std::memory_order_relaxed))
         break;
     }
+    p->own_spin.store(TimerHeap::kNever, std::memory_order_relaxed);
+    // Left before the deadline (work came): a waiter that planned only a late fallback
+    // for it plans again.
+    if (t < own) idle_wake(rt, own, false);
     return true;
   }
+  // The earliest deadline no P spins for already, without timers_idle_next's lag for
+  // running Ps: the spinner is there to be on time, and takes a running P's timer if that
+  // P idles.
+  const std::int64_t e = timers_unspun_next(rt);
+  if (e == TimerHeap::kNever || e - now > window) return false;
+  auto& spinner = rt->idle.spin.spinner;
   // One spinner: the others idle, and the waiter among them sleeps to the deadline.
   if (spinner.load(std::memory_order_relaxed) || spinner.exchange(true, std::memory_order_acquire))
     return false;

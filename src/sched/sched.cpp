@@ -464,6 +464,44 @@ std::int64_t timers_idle_next(const Runtime* rt) noexcept {
   return w;
 }
 
+namespace {
+// True if vp spins for heap h's earliest deadline e itself (idle_spin_short).
+bool own_spun(const P* vp, const Timers* h, std::int64_t e) noexcept {
+  return h == &vp->own_timers && e != TimerHeap::kNever &&
+         vp->own_spin.load(std::memory_order_relaxed) <= e;
+}
+}  // namespace
+
+std::int64_t timers_unspun_next(const Runtime* rt) noexcept {
+  std::int64_t w = TimerHeap::kNever;
+  for (const P* vp : rt->ps) {
+    const Timers* h = vp->timers;
+    const std::int64_t e = h->next();
+    if (!own_spun(vp, h, e)) w = std::min(w, e);
+    if (h != &vp->own_timers) break;  // global mode: one heap
+  }
+  return w;
+}
+
+std::int64_t timers_waiter_next(const Runtime* rt, bool* precise) noexcept {
+  std::int64_t w = TimerHeap::kNever, fallback = TimerHeap::kNever;
+  for (const P* vp : rt->ps) {
+    const Timers* h = vp->timers;
+    const std::int64_t e = h->next(std::memory_order_seq_cst);  // as timers_idle_next
+    if (own_spun(vp, h, e))
+      fallback = std::min(fallback, e > TimerHeap::kNever - kOwnerLagNs ? e : e + kOwnerLagNs);
+    else
+      w = std::min(w, e);
+    if (h != &vp->own_timers) break;  // global mode: one heap
+  }
+  // Already past: a running P's, which it runs at its next schedule; ours to spin for
+  // from the first moment one is ours (timers_idle_next).
+  if (w != TimerHeap::kNever && w <= static_cast<std::int64_t>(os::monotonic_ns()))
+    w = timers_idle_next(rt);
+  *precise = w <= fallback;
+  return std::min(w, fallback);
+}
+
 bool run_due_timers(Runtime* rt, P* p, std::int64_t now) noexcept {
   if (now == 0) {
     std::int64_t e = rt->timers.next();

@@ -115,6 +115,13 @@ struct alignas(64) P {
   // wake-ups it deferred, plus one.
   std::uint32_t defer_wake = 0;
   std::uint32_t timer_countdown = 1;  // owner-only: direct switches to the next timer look
+  // The deadline this P's M spins for in idle_spin_short (its own heap's earliest), else
+  // TimerHeap::kNever. Written by that M around the spin; read by idle Ms and the idle
+  // waiter, which leave that heap to it: one thread spins per deadline. Relaxed: a hint.
+  // A stale read costs a redundant spin, or a fallback wake-up kOwnerLagNs plus the
+  // kernel's lateness after a deadline the owner left (it wakes the waiter when it stops
+  // early), never a lost timer.
+  std::atomic<std::int64_t> own_spin{TimerHeap::kNever};
 
   // Incremented by the owner at each blocking() entry; read by sysmon to tell a long
   // blocking call from a new one (relaxed: a stale read only delays a retake one tick).
@@ -337,6 +344,15 @@ inline constexpr std::int64_t kOwnerLagNs = 20'000;
 // the earliest deadline, + kOwnerLagNs if its P runs. TimerHeap::kNever if no timers.
 // seq_cst loads: the idle wait's half of the store-buffering pairs (idle.hpp).
 std::int64_t timers_idle_next(const Runtime* rt) noexcept;
+// The earliest deadline of the heaps whose P does not spin for it (P::own_spin): what an
+// idle M may spin for. TimerHeap::kNever if none.
+std::int64_t timers_unspun_next(const Runtime* rt) noexcept;
+// The idle wait's plan: the earliest deadline it must be precise for (woken early and
+// spun for: *precise = true) — of heaps no P spins for, or timers_idle_next once that has
+// passed — or, if earlier, a heap whose P spins for it, kOwnerLagNs late, as a plain
+// sleep (*precise = false): the fallback for a P that stops spinning and then runs one
+// long task. TimerHeap::kNever if no timers.
+std::int64_t timers_waiter_next(const Runtime* rt, bool* precise) noexcept;
 // Runs what is due at `now` (0: read the clock, only if a heap has timers) in p's own heap
 // (p may be nullptr) and in the heaps timers_idle_next deems another thread's. True if it
 // ran any.

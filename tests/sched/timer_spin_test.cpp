@@ -94,6 +94,33 @@ TEST_SUITE("unit.timerspin") {
 }
 
 TEST_SUITE("rt.timer") {
+  TEST_CASE("a deadline its own P spins for is left to that P, with a late fallback") {
+    // The idle spinners and the waiter read P::own_spin: the heap of a P spinning for its
+    // own earliest deadline is no one else's to spin for; the waiter only plans a plain
+    // sleep kOwnerLagNs past it, in case that P stops and then runs one long task.
+    using namespace corun::sched;
+    t::run([] {
+      Runtime* rt = current_runtime();
+      P* p = current_m()->p;
+      corun::Timer timer = corun::after_func(std::chrono::seconds(30), [] {});
+      const std::int64_t e = p->timers->next();
+      REQUIRE(e != TimerHeap::kNever);
+      const bool per_p = p->timers == &p->own_timers;  // CORUN_TIMERS=global: one heap
+      bool precise = false;
+      CHECK(timers_unspun_next(rt) == e);
+      CHECK(timers_waiter_next(rt, &precise) == e);
+      CHECK(precise);
+      p->own_spin.store(e, std::memory_order_relaxed);  // as idle_spin_short does
+      CHECK(timers_unspun_next(rt) == (per_p ? TimerHeap::kNever : e));
+      CHECK(timers_waiter_next(rt, &precise) == (per_p ? e + kOwnerLagNs : e));
+      CHECK(precise == !per_p);
+      p->own_spin.store(TimerHeap::kNever, std::memory_order_relaxed);
+      CHECK(timers_waiter_next(rt, &precise) == e);
+      CHECK(precise);
+      timer.stop();
+    });
+  }
+
   TEST_CASE("dense after_func timers spun for never fire early") {
     // 50 tasks re-arming after_func(50 µs): deadlines ~1 µs apart, nearer than any sleep
     // honours, so the idle P spins for them (and with CORUN_TIMER_SPIN=off sleeps).
