@@ -243,6 +243,7 @@ bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
   // no one else's (own_spin: the other idle Ms and the waiter leave it to us).
   const std::int64_t own = p->timers == &p->own_timers ? p->timers->next() : TimerHeap::kNever;
   if (own - now <= window) {
+    // Relaxed: a late look only makes another M spin too (see P::own_spin).
     p->own_spin.store(own, std::memory_order_relaxed);
     std::int64_t t = now;
     while ((t = static_cast<std::int64_t>(os::monotonic_ns())) < own) {
@@ -251,10 +252,15 @@ bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
           rt->stopping.load(std::memory_order_relaxed))
         break;
     }
-    p->own_spin.store(TimerHeap::kNever, std::memory_order_relaxed);
-    // Left before the deadline (work came): a waiter that planned only a late fallback
-    // for it plans again.
-    if (t < own) idle_wake(rt, own, false);
+    if (t < own) {
+      // Left before the deadline (work came): a waiter that planned only a late fallback
+      // for it plans again. seq_cst: the store-buffering pair of P::own_spin.
+      p->own_spin.store(TimerHeap::kNever, std::memory_order_seq_cst);
+      idle_wake(rt, own, false);
+    } else {
+      // Due: we run it next ourselves (find_runnable), without an xchg first.
+      p->own_spin.store(TimerHeap::kNever, std::memory_order_relaxed);
+    }
     return true;
   }
   // The earliest deadline no P spins for already, without timers_idle_next's lag for

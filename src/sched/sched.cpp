@@ -468,7 +468,7 @@ namespace {
 // True if vp spins for heap h's earliest deadline e itself (idle_spin_short).
 bool own_spun(const P* vp, const Timers* h, std::int64_t e) noexcept {
   return h == &vp->own_timers && e != TimerHeap::kNever &&
-         vp->own_spin.load(std::memory_order_relaxed) <= e;
+         vp->own_spin.load(std::memory_order_seq_cst) <= e;  // see P::own_spin
 }
 }  // namespace
 

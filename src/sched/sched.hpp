@@ -117,10 +117,13 @@ struct alignas(64) P {
   std::uint32_t timer_countdown = 1;  // owner-only: direct switches to the next timer look
   // The deadline this P's M spins for in idle_spin_short (its own heap's earliest), else
   // TimerHeap::kNever. Written by that M around the spin; read by idle Ms and the idle
-  // waiter, which leave that heap to it: one thread spins per deadline. Relaxed: a hint.
-  // A stale read costs a redundant spin, or a fallback wake-up kOwnerLagNs plus the
-  // kernel's lateness after a deadline the owner left (it wakes the waiter when it stops
-  // early), never a lost timer.
+  // waiter, which leave that heap to it: one thread spins per deadline. An owner that
+  // stops early (work came) stores kNever seq_cst, then wakes a waiter sleeping past its
+  // deadline (idle_wake); the waiter stores `until` (IdleWait) then reads this seq_cst: a
+  // store-buffering pair, so one sees the other and the deadline is spun for (relaxed
+  // would make that timer late by kOwnerLagNs and the kernel's lateness). The other
+  // stores are relaxed: setting it late costs a redundant spin, and clearing it at the
+  // deadline precedes the owner running the timer itself.
   std::atomic<std::int64_t> own_spin{TimerHeap::kNever};
 
   // Incremented by the owner at each blocking() entry; read by sysmon to tell a long

@@ -110,11 +110,11 @@ TEST_SUITE("rt.timer") {
       CHECK(timers_unspun_next(rt) == e);
       CHECK(timers_waiter_next(rt, &precise) == e);
       CHECK(precise);
-      p->own_spin.store(e, std::memory_order_relaxed);  // as idle_spin_short does
+      p->own_spin.store(e, std::memory_order_seq_cst);  // as idle_spin_short does
       CHECK(timers_unspun_next(rt) == (per_p ? TimerHeap::kNever : e));
       CHECK(timers_waiter_next(rt, &precise) == (per_p ? e + kOwnerLagNs : e));
       CHECK(precise == !per_p);
-      p->own_spin.store(TimerHeap::kNever, std::memory_order_relaxed);
+      p->own_spin.store(TimerHeap::kNever, std::memory_order_seq_cst);
       CHECK(timers_waiter_next(rt, &precise) == e);
       CHECK(precise);
       timer.stop();
