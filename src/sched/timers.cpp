@@ -134,6 +134,36 @@ bool Timers::check(std::int64_t now) noexcept {
   return true;
 }
 
+bool Timers::take_locked(TimerNode* t, std::int64_t when, std::int64_t now, bool held) noexcept {
+  const std::int64_t period = t->period.load(std::memory_order_relaxed);
+  std::int64_t next = TimerNode::kInactive;
+  if (period > 0) {
+    // The next deadline after now (missed ones are skipped, as Go's).
+    std::int64_t steps = 1 + (now - when) / period;
+    if (__builtin_mul_overflow(steps, period, &next) || __builtin_add_overflow(next, when, &next))
+      next = TimerHeap::kNever;  // beyond the clock's range: no more firings
+  }
+  // The claim: a push_back (Timers::push_back) that moved `when` since the caller read it
+  // makes it fail, and the node is not taken. acquire: pairs with push_back's release;
+  // relaxed on failure (nothing read through it).
+  std::int64_t seen = when;
+  if (!t->when.compare_exchange_strong(seen, next, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+    return false;
+  auto& bucket = late[static_cast<std::size_t>(late_bucket(now - when))];
+  bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  fired.store(fired.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (period > 0) {
+    heap_.rekey(t, next);  // `when` is already next, or later (a push_back since)
+    if (!held) t->hold();
+  } else {
+    heap_.remove(t);
+    // release: see remove().
+    t->owner.store(nullptr, std::memory_order_release);
+  }
+  return true;
+}
+
 void Timers::run(std::int64_t now) noexcept {
   for (;;) {
     TimerNode* due[kBatch];
@@ -146,43 +176,40 @@ void Timers::run(std::int64_t now) noexcept {
         if (heap_.settle_top()) continue;  // pushed back by a reset: not due after all
         auto* t = static_cast<TimerNode*>(heap_.top());
         const std::int64_t when = heap_.earliest();  // == t->when as settle_top saw it
-        const std::int64_t period = t->period.load(std::memory_order_relaxed);
-        std::int64_t next = TimerNode::kInactive;
-        if (period > 0) {
-          // The next deadline after now (missed ones are skipped, as Go's).
-          std::int64_t steps = 1 + (now - when) / period;
-          if (__builtin_mul_overflow(steps, period, &next) ||
-              __builtin_add_overflow(next, when, &next))
-            next = TimerHeap::kNever;  // beyond the clock's range: no more firings
-        }
-        // The claim: a push_back (Timers::push_back) that moved `when` since settle_top
-        // makes it fail, and the node is settled again instead of fired. acquire: pairs
-        // with push_back's release; relaxed on failure (nothing read through it).
-        std::int64_t seen = when;
-        if (!t->when.compare_exchange_strong(seen, next, std::memory_order_acquire,
-                                             std::memory_order_relaxed))
-          continue;
+        // Not taken: pushed back since settle_top; it is settled again on the next turn.
+        if (!take_locked(t, when, now, false)) continue;
         if (n == 0) first_when = when;
-        auto& bucket = late[static_cast<std::size_t>(late_bucket(now - when))];
-        bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        if (period > 0) {
-          heap_.rekey(t, next);  // `when` is already next, or later (a push_back since)
-          t->hold();
-        } else {
-          heap_.remove(t);
-          // release: see remove().
-          t->owner.store(nullptr, std::memory_order_release);
-        }
         due[n++] = t;
       }
       publish();
-      fired.store(fired.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(n),
-                  std::memory_order_relaxed);
     }
     if (n) CORUN_PROBE2(timer_fire, n, now - first_when);
     for (int i = 0; i < n; i++) due[i]->fire(now);
     if (n < kBatch) return;
   }
+}
+
+bool Timers::fire_due(TimerNode* t) noexcept {
+  // Lock-free first look: inactive (kInactive is below every clock reading, so test it
+  // apart) or not yet due. A stale `when` only sends the call to the lock, which decides.
+  std::int64_t w = t->when.load(std::memory_order_relaxed);
+  const std::int64_t now = w == TimerNode::kInactive ? 0 : now_ns();
+  Timers* b = w != TimerNode::kInactive && w <= now ? lock_owner(t) : nullptr;
+  bool took = false, periodic = false;
+  if (b) {  // still armed, here
+    b->lock_.assert_held();
+    w = t->when.load(std::memory_order_relaxed);  // under lock_: only push_back moves it now
+    periodic = t->period.load(std::memory_order_relaxed) > 0;
+    took = w <= now && b->take_locked(t, w, now, true);
+    if (took) b->publish();  // later or the same: no idle wake-up needed
+    b->lock_.unlock();
+  }
+  if (took) {
+    CORUN_PROBE2(timer_fire, 1, now - w);
+    t->fire(now);  // a periodic firing releases the caller's reference
+  }
+  if (!took || !periodic) t->release();  // the caller's reference (may destroy t)
+  return took;
 }
 
 void Timers::drain() noexcept {

@@ -76,6 +76,12 @@ class TimerNode : public HeapNode {
   virtual void hold() noexcept {}
   // The runtime ends with the node armed: it leaves its heap and never fires.
   virtual void abandon() noexcept {}
+  // A reference for a caller that found the node through something other than a heap or
+  // its handle — a channel it feeds (Timers::fire_due) — and must keep it alive across
+  // the call: false if the node is already being destroyed (nothing held then). release()
+  // drops it and may destroy the node; call it with no lock held.
+  virtual bool try_hold() noexcept { return false; }
+  virtual void release() noexcept {}
 
   // `when` while the node is in no heap (see the invariants above).
   static constexpr std::int64_t kInactive = std::numeric_limits<std::int64_t>::min();
@@ -134,6 +140,17 @@ class alignas(64) Timers {
                                             std::memory_order_relaxed));
     return true;
   }
+  // Go 1.23's maybeRunChan: fires t now if it is armed and due, instead of leaving it for
+  // whoever runs its heap next — a task about to park on the channel t sends on (a
+  // Ticker's reader) gets its value without a park, a trip through the scheduler and a
+  // wake-up. True if this call fired it. The caller is a task on a P of t's runtime (no
+  // foreign gate section needed) and holds a reference to t (try_hold), which the call
+  // consumes: a periodic firing takes it in place of hold() (two atomics fewer per tick),
+  // every other outcome release()s it. t's fire() runs in that task, so it must not park
+  // or yield (a chan timer's send does not). The clock
+  // is read only if t's deadline is set (one relaxed load first), the heap's lock taken
+  // only if the deadline has passed.
+  static bool fire_due(TimerNode* t) noexcept;
   // A snapshot: true while t is armed.
   static bool active(const TimerNode* t) noexcept {
     return t->owner.load(std::memory_order_acquire) != nullptr;
@@ -159,6 +176,13 @@ class alignas(64) Timers {
 
   // Locks the heap t is armed in and returns it, or nullptr if t is inactive.
   static Timers* lock_owner(const TimerNode* t) noexcept CORUN_NO_TSA;
+  // Takes armed t, due at `when` (its deadline, read under lock_) by `now`, for firing:
+  // claims it by CAS on `when` (false if a push_back moved it since: then it is not
+  // taken), moves a periodic t to its next deadline (and hold()s it, unless the caller
+  // already holds the firing's reference: `held`) or removes a one-shot t, and counts the
+  // firing. The caller publishes, unlocks and fires it.
+  bool take_locked(TimerNode* t, std::int64_t when, std::int64_t now, bool held) noexcept
+      CORUN_REQUIRES(lock_);
   // Stores heap_'s minimum into earliest_ if it changed; lock_ held. True if the
   // earliest deadline moved earlier (the idle M may need waking).
   bool publish() noexcept CORUN_REQUIRES(lock_);

@@ -20,6 +20,7 @@
 #include "os/thread.hpp"
 #include "sched/park.hpp"
 #include "sync/chan_core.hpp"
+#include "sync/chan_timer.hpp"
 #include "sync/waiter.hpp"
 
 namespace corun::detail {
@@ -212,22 +213,15 @@ void chan_send(ChanHeader* h, void* src) {
   if (st == Step::closed) throw_send_closed();
 }
 
-bool chan_try_send(ChanHeader* h, void* src) {
-  if (!h) {
-    polled_nothing();
-    return false;
-  }
+bool chan_offer(ChanHeader* h, void* src) {
+  if (!h) return false;
   ChanCore* c = core(h);
-  if (!c->closed.load(std::memory_order_acquire) && full_hint(c)) {
-    polled_nothing();
-    return false;
-  }
+  if (!c->closed.load(std::memory_order_acquire) && full_hint(c)) return false;
   c->lock.lock();
   ChanWaiter* wake;
   Step st = send_step(c, src, &wake);
   if (st == Step::blocked) {
     c->lock.unlock();
-    polled_nothing();
     return false;
   }
   finish_step(c, wake);
@@ -235,13 +229,52 @@ bool chan_try_send(ChanHeader* h, void* src) {
   return true;
 }
 
+bool chan_try_send(ChanHeader* h, void* src) {
+  if (chan_offer(h, src)) return true;
+  polled_nothing();
+  return false;
+}
+
+void chan_bind_timer(ChanHeader* h, sched::TimerNode* t) noexcept {
+  ChanCore* c = core(h);
+  base::Guard g(c->lock);
+  c->timer = t;
+}
+
+namespace {
+// A receive found c empty and c is bound to a timer: fire the timer now if it is due
+// (sched::Timers::fire_due), so its value is in c (or with another receiver) before this
+// task parks. c locked on entry and on return; true if the lock was dropped in between
+// (fired or not), and then the caller must take its step again: another firer may have
+// sent meanwhile (a stale "blocked" parked a task beside a full buffer). Only a task on a P
+// (fire_due's contract; a foreign thread would need a gate section to reach the heap, and simply
+// waits). Out of line: the plain receive saves no registers for it.
+[[gnu::noinline]] bool fire_bound_timer(ChanCore* c) noexcept CORUN_REQUIRES(c->lock) {
+  sched::TimerNode* t = c->timer;
+  if (!sched::can_park() || !t->try_hold()) return false;
+  c->lock.unlock();
+  // Consumes the reference; its release may destroy t, which unbinds it under c's lock:
+  // not held here.
+  sched::Timers::fire_due(t);
+  // A preemption point, as a poll's: a loop receiving from an always-due timer (a 1 ns
+  // Ticker) no longer parks, and would otherwise hold its P for good. No lock is held.
+  sched::yield_if_preempted();
+  c->lock.lock();
+  return true;
+}
+}  // namespace
+
 bool chan_recv(ChanHeader* h, void* dst) {
   if (!h) block_forever();
   ChanCore* c = core(h);
   c->lock.lock();
   ChanWaiter* wake;
   Step st = recv_step(c, dst, &wake);
-  if (st == Step::blocked) return wait_on(c, c->recvq, dst, 0);
+  if (st == Step::blocked) {
+    // A timer's channel whose timer is due: its value without a park (chan_timer.hpp).
+    if (c->timer && fire_bound_timer(c)) st = recv_step(c, dst, &wake);
+    if (st == Step::blocked) return wait_on(c, c->recvq, dst, 0);
+  }
   finish_step(c, wake);
   return st == Step::done;
 }

@@ -30,6 +30,7 @@
 #include "base/lock.hpp"
 #include "sched/park.hpp"
 #include "sched/proc.hpp"
+#include "sched/timers.hpp"
 
 namespace corun::sched {
 struct Task;
@@ -94,6 +95,11 @@ struct alignas(64) ChanCore : ChanHeader {
   unsigned char* buf = nullptr;  // cap slots of ops->size bytes, right after the core
   WaitQueue recvq;
   WaitQueue sendq;
+  // The timer that sends on this channel (new_timer, after, Ticker; sync/chan_timer.hpp),
+  // or nullptr. Set and cleared under lock by the timer layer: cleared by the timer's
+  // destruction before its memory goes, so a receiver that reads it under lock may
+  // try_hold() it (chan_recv's fire_due).
+  sched::TimerNode* timer CORUN_GUARDED_BY(lock) = nullptr;
 
   void* slot(std::size_t i) const noexcept { return buf + i * esize; }
 };

@@ -25,6 +25,7 @@
 
 #include "os/thread.hpp"
 #include "sched/proc.hpp"
+#include "sync/chan_timer.hpp"
 
 namespace corun::detail {
 
@@ -35,7 +36,17 @@ using sched::Timers;
 
 void release_rec(TimerRec* t) noexcept {
   // acq_rel: the last owner sees every other owner's writes before deleting.
-  if (t->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete t;
+  if (t->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // A receiver may still have read the pointer under the channel's lock; it then fails
+  // try_hold and drops the lock, which this waits for (chan_timer.hpp).
+  if (t->kind == TimerKind::chan && t->ch) chan_bind_timer(header_of(t->ch), nullptr);
+  delete t;
+}
+
+// A chan record's channel, made and bound before the record is armed.
+void make_channel(TimerRec* t) {
+  t->ch = Chan<Clock::time_point>(1);
+  chan_bind_timer(header_of(t->ch), t);
 }
 
 Timers* caller_timers(const char* what) {
@@ -132,7 +143,8 @@ void TimerRec::fire(std::int64_t now) noexcept {
         base::Guard g(send_mu);
         const std::int64_t at = now > last_sent ? now : last_sent;
         last_sent = at;
-        ch.try_send(Clock::time_point(std::chrono::nanoseconds(at)));
+        Clock::time_point v{std::chrono::nanoseconds(at)};
+        chan_offer(header_of(ch), &v);  // never yields: send_mu is held (chan_timer.hpp)
       } catch (const closed_channel&) {
         // The user closed the timer's channel: nothing to deliver.
       }
@@ -143,6 +155,10 @@ void TimerRec::fire(std::int64_t now) noexcept {
 
 void TimerRec::abandon() noexcept {
   release_rec(this);  // may run fn's captured destructors (the caller holds no lock)
+}
+
+void TimerRec::release() noexcept {
+  release_rec(this);
 }
 
 void timer_release(TimerRec* t) noexcept {
@@ -211,7 +227,7 @@ Timer detail::after_call(Duration d, std::function<void()> fn) {
 Timer new_timer(Duration d) {
   TimerRec* t = detail::new_rec(TimerKind::chan);
   Timer handle(t);
-  t->ch = Chan<Clock::time_point>(1);
+  detail::make_channel(t);
   sched::ForeignPin pin;
   detail::start(t, d, "corun::new_timer");
   return handle;
@@ -227,7 +243,7 @@ Ticker::Ticker(Duration period) {
   detail::check_period(period, "corun::Ticker");
   TimerRec* t = detail::new_rec(TimerKind::chan);
   t_ = Timer(t);
-  t->ch = Chan<Clock::time_point>(1);
+  detail::make_channel(t);
   t->period.store(period.count(), std::memory_order_relaxed);  // before arming: private
   sched::ForeignPin pin;
   detail::arm(t, detail::deadline_after(period), "corun::Ticker");

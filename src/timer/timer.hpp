@@ -25,8 +25,10 @@
 // tick k after another had sent tick k+1, a value up to a period "early" for its place
 // (rt.timer AfterStress caught it). Rejected: reading the clock again at the send (the
 // firing decision read it just before; a second read was 11% of a Ticker tick).
-// Lifetime: `refs` counts the handle (Timer), the heap (one while armed) and a firer in
-// flight; the last release deletes. corun::sleep uses its own node on the task's stack
+// Lifetime: `refs` counts the handle (Timer), the heap (one while armed), a firer in
+// flight and a receiver firing it early (sync/chan_timer.hpp: a chan record is bound to
+// its channel, whose receive fires a due timer instead of parking); the last release
+// unbinds the channel, then deletes. corun::sleep uses its own node on the task's stack
 // (sleep.cpp), not a record.
 // Rejected: Go's whole lock-free status machine (timerModifying, timerMoving, …): only
 // its timerModifiedLater case is kept (push_back), because there the two uncontended
@@ -69,6 +71,17 @@ struct TimerRec final : sched::TimerNode {
     refs.fetch_add(1, std::memory_order_relaxed);
   }
   void abandon() noexcept override;  // drops the heap's reference
+  // A receiver's reference (sync/chan_timer.hpp): taken only while refs > 0, as a
+  // weak_ptr::lock. relaxed: the channel's lock, held by the caller, keeps the memory
+  // valid; what it then reads of the record has its own orders.
+  bool try_hold() noexcept override {
+    std::uint32_t r = refs.load(std::memory_order_relaxed);
+    do {
+      if (r == 0) return false;  // being destroyed: it waits for the caller's lock
+    } while (!refs.compare_exchange_weak(r, r + 1, std::memory_order_relaxed));
+    return true;
+  }
+  void release() noexcept override;
 };
 
 // after_func for the library's own callbacks: `fn` runs on the thread that fires the timer

@@ -1282,6 +1282,103 @@ TEST_SUITE("rt.timer") {
     CHECK(ticks == 9 * (100 / t::kScale));
   }
 
+  // ---- a receiver fires a due timer (sync/chan_timer.hpp) ------------------------------
+
+  TEST_CASE("A receive on a due timer's channel takes the value without parking") {
+    // The task lets its timer come due without a schedule point, with another task
+    // runnable beside it, then receives. The receive fires the timer itself (Go 1.23's
+    // maybeRunChan), so the task never parks and the other task has not run yet. At 1 P
+    // nothing else fires the timer meanwhile (sysmon: every 10 ms at most) and no other P
+    // can run the other task, so there "did not park" is asserted — but for at most two
+    // rounds, where sysmon may end the task's 10 ms time slice and the receive's
+    // preemption point yields (without the early firing every round parks); at every P
+    // count the
+    // values are checked: deadline <= value <= receipt, a Ticker's never decreasing.
+    int parked = 0, bad = 0, rounds = 0;
+    trun("due receive", [&] {
+      auto busy = [](Duration d) {  // no schedule point
+        auto s = Clock::now();
+        while (Clock::now() - s < d) {
+        }
+      };
+      for (int round = 0; round < 20; round++) {
+        std::atomic<bool> other_ran{false};
+        const bool ticker = round % 2 == 1;
+        auto t0 = Clock::now();
+        std::optional<corun::Ticker> tk;
+        corun::Timer tm;
+        if (ticker)
+          tk.emplace(2us);
+        else
+          tm = corun::new_timer(2us);
+        const corun::Chan<TimePoint>& ch = ticker ? tk->channel() : tm.channel();
+        corun::go([&other_ran] { other_ran = true; });
+        busy(20us);
+        TimePoint last{};
+        for (int i = 1; i <= (ticker ? 3 : 1); i++) {
+          auto v = ch.recv();
+          const auto now = Clock::now();
+          if (!v || *v < t0 + i * 2us || *v > now || *v < last) bad++;
+          if (v) last = *v;
+          if (i == 1 && other_ran.load()) parked++;
+          busy(5us);  // the ticker's next deadline passes too
+        }
+        if (!wait_until([&] { return other_ran.load(); })) bad++;
+        rounds++;
+      }
+    });
+    CHECK(rounds == 20);
+    CHECK(bad == 0);
+    if (t::procs() == 1) CHECK(parked <= 2);
+  }
+
+  TEST_CASE("Receivers racing a timer's firers, its stop and its destruction") {
+    // Several tasks receive on copies of one Ticker's channel (and on after() channels,
+    // whose record dies right after it fires) while the scheduler's firers, the other
+    // receivers' early firings, stop() and the Ticker's destruction race them: a receiver
+    // may hold the record (try_hold) when the handle goes, and the last release must
+    // unbind the channel before the record's memory goes (ASan and TSan builds check
+    // that). Then the channel is closed to end the receivers. Each receiver's values never
+    // decrease and none precedes the ticker's first deadline.
+    std::atomic<int> bad{0};
+    std::atomic<long> got{0};
+    const int rounds = 200 / t::kScale;
+    trun("timer receivers race", [&] {
+      for (int round = 0; round < rounds; round++) {
+        const Duration p = round % 3 == 0 ? Duration(1) : 1us;
+        auto t0 = Clock::now();
+        std::optional<corun::Ticker> tk(std::in_place, p);
+        corun::Chan<TimePoint> ch = tk->channel();
+        std::atomic<int> seen{0};
+        corun::WaitGroup wg;
+        for (int k = 0; k < 3; k++) {
+          wg.add(1);
+          corun::go([&, ch, k]() mutable {
+            TimePoint last{};
+            while (auto v = ch.recv()) {
+              if (*v < last || *v < t0 + p) bad++;
+              last = *v;
+              seen++;
+              got++;
+              if (k == 0) {  // and one-shot records that die as they fire
+                auto a = corun::after(Duration(seen.load() % 3 * 500));
+                if (!a.recv()) bad++;
+              }
+            }
+            wg.done();
+          });
+        }
+        if (!wait_until([&] { return seen.load() >= 6; })) bad++;
+        if (round % 2) tk->stop();
+        tk.reset();  // destroys the record, unless a receiver holds it right now
+        ch.close();  // ends the receivers (a late firer's send is dropped)
+        wg.wait();
+      }
+    });
+    CHECK(bad.load() == 0);
+    CHECK(got.load() >= 6L * rounds);
+  }
+
   // ---- scale ----------------------------------------------------------------------------
 
   TEST_CASE("Many sleeping tasks: 100k tasks (live-capped) each sleep 0-20 ms, all wake") {
