@@ -31,8 +31,11 @@ no_remove=()
 if [ "${1:-}" = plot ]; then
   pkgs=(python3-matplotlib)
 elif [ "${1:-}" = aarch64 ]; then
+  # libstdc++6:arm64 by name: the tests link it dynamically, and the -dev packages above
+  # no longer pull it in on every machine (a fresh clone's run on 2026-12-05 found only
+  # the cross copy, which the runner does not use; see the Makefile's RUNNER note).
   pkgs=(g++-aarch64-linux-gnu qemu-user-static libhwloc-dev:arm64 libnuma-dev:arm64
-        systemtap-sdt-dev:arm64)
+        systemtap-sdt-dev:arm64 libstdc++6:arm64)
   no_remove=(--no-remove)
 elif [ "${1:-}" = bench-server ]; then
   pkgs=(wrk nginx-light libboost-dev golang-go curl iproute2 g++ make)
