@@ -152,7 +152,6 @@ bool Timers::take_locked(TimerNode* t, std::int64_t when, std::int64_t now, bool
     return false;
   auto& bucket = late[static_cast<std::size_t>(late_bucket(now - when))];
   bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  fired.store(fired.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (period > 0) {
     heap_.rekey(t, next);  // `when` is already next, or later (a push_back since)
     if (!held) t->hold();
@@ -182,6 +181,8 @@ void Timers::run(std::int64_t now) noexcept {
         due[n++] = t;
       }
       publish();
+      fired.store(fired.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(n),
+                  std::memory_order_relaxed);
     }
     if (n) CORUN_PROBE2(timer_fire, n, now - first_when);
     for (int i = 0; i < n; i++) due[i]->fire(now);
@@ -189,19 +190,19 @@ void Timers::run(std::int64_t now) noexcept {
   }
 }
 
-bool Timers::fire_due(TimerNode* t) noexcept {
-  // Lock-free first look: inactive (kInactive is below every clock reading, so test it
-  // apart) or not yet due. A stale `when` only sends the call to the lock, which decides.
-  std::int64_t w = t->when.load(std::memory_order_relaxed);
-  const std::int64_t now = w == TimerNode::kInactive ? 0 : now_ns();
-  Timers* b = w != TimerNode::kInactive && w <= now ? lock_owner(t) : nullptr;
+bool Timers::fire_due(TimerNode* t, std::int64_t now) noexcept {
+  Timers* b = lock_owner(t);  // nullptr: taken out (fired, stopped) since due_now
+  std::int64_t w = 0;
   bool took = false, periodic = false;
   if (b) {  // still armed, here
     b->lock_.assert_held();
     w = t->when.load(std::memory_order_relaxed);  // under lock_: only push_back moves it now
     periodic = t->period.load(std::memory_order_relaxed) > 0;
     took = w <= now && b->take_locked(t, w, now, true);
-    if (took) b->publish();  // later or the same: no idle wake-up needed
+    if (took) {
+      b->fired.store(b->fired.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      b->publish();  // later or the same: no idle wake-up needed
+    }
     b->lock_.unlock();
   }
   if (took) {

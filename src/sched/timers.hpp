@@ -56,6 +56,7 @@
 
 #include "base/lock.hpp"
 #include "base/tsa.hpp"
+#include "os/thread.hpp"
 #include "sched/timer_heap.hpp"
 
 namespace corun::sched {
@@ -140,17 +141,25 @@ class alignas(64) Timers {
                                             std::memory_order_relaxed));
     return true;
   }
-  // Go 1.23's maybeRunChan: fires t now if it is armed and due, instead of leaving it for
-  // whoever runs its heap next — a task about to park on the channel t sends on (a
-  // Ticker's reader) gets its value without a park, a trip through the scheduler and a
-  // wake-up. True if this call fired it. The caller is a task on a P of t's runtime (no
-  // foreign gate section needed) and holds a reference to t (try_hold), which the call
-  // consumes: a periodic firing takes it in place of hold() (two atomics fewer per tick),
-  // every other outcome release()s it. t's fire() runs in that task, so it must not park
-  // or yield (a chan timer's send does not). The clock
-  // is read only if t's deadline is set (one relaxed load first), the heap's lock taken
-  // only if the deadline has passed.
-  static bool fire_due(TimerNode* t) noexcept;
+  // The clock reading at which armed t is due, or 0 if t is inactive or not yet due (a
+  // snapshot: fire_due decides under the lock). Reads the clock only for an armed t: a
+  // receiver asks this with its channel locked, so that a timer not yet due (a Ticker's
+  // reader waiting for the next tick) costs the park one load and one clock read.
+  static std::int64_t due_now(const TimerNode* t) noexcept {
+    const std::int64_t w = t->when.load(std::memory_order_relaxed);
+    if (w == TimerNode::kInactive) return 0;
+    const auto now = static_cast<std::int64_t>(os::monotonic_ns());
+    return w <= now ? now : 0;
+  }
+  // Go 1.23's maybeRunChan: fires t at `now` (due_now's reading) if it is still armed and
+  // due then, instead of leaving it for whoever runs its heap next: a task about to park
+  // on the channel t sends on (a Ticker's reader) gets its value without a park, a trip
+  // through the scheduler and a wake-up. True if this call fired it. The caller is a task
+  // on a P of t's runtime (no foreign gate section needed) and holds a reference to t
+  // (try_hold), which the call consumes: a periodic firing takes it in place of hold()
+  // (two atomics fewer per tick), every other outcome release()s it. t's fire() runs in
+  // that task, so it must not park or yield (a chan timer's send does not).
+  static bool fire_due(TimerNode* t, std::int64_t now) noexcept;
   // A snapshot: true while t is armed.
   static bool active(const TimerNode* t) noexcept {
     return t->owner.load(std::memory_order_acquire) != nullptr;
@@ -179,8 +188,8 @@ class alignas(64) Timers {
   // Takes armed t, due at `when` (its deadline, read under lock_) by `now`, for firing:
   // claims it by CAS on `when` (false if a push_back moved it since: then it is not
   // taken), moves a periodic t to its next deadline (and hold()s it, unless the caller
-  // already holds the firing's reference: `held`) or removes a one-shot t, and counts the
-  // firing. The caller publishes, unlocks and fires it.
+  // already holds the firing's reference: `held`) or removes a one-shot t, and counts it
+  // late. The caller counts `fired`, publishes, unlocks and fires it.
   bool take_locked(TimerNode* t, std::int64_t when, std::int64_t now, bool held) noexcept
       CORUN_REQUIRES(lock_);
   // Stores heap_'s minimum into earliest_ if it changed; lock_ held. True if the

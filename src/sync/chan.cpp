@@ -242,20 +242,23 @@ void chan_bind_timer(ChanHeader* h, sched::TimerNode* t) noexcept {
 }
 
 namespace {
-// A receive found c empty and c is bound to a timer: fire the timer now if it is due
+// A receive found c empty and c is bound to a timer: if the timer is due, fire it now
 // (sched::Timers::fire_due), so its value is in c (or with another receiver) before this
-// task parks. c locked on entry and on return; true if the lock was dropped in between
-// (fired or not), and then the caller must take its step again: another firer may have
-// sent meanwhile (a stale "blocked" parked a task beside a full buffer). Only a task on a P
-// (fire_due's contract; a foreign thread would need a gate section to reach the heap, and simply
+// task parks. c locked on entry and on return; true if the lock was dropped in between,
+// and then the caller must take its step again, fired or not: another firer may have sent
+// meanwhile (a stale "blocked" parked a task beside a full buffer). A timer not yet due
+// costs one load and a clock read, the lock kept. Only a task on a P (fire_due's
+// contract; a foreign thread would need a gate section to reach the heap, and simply
 // waits). Out of line: the plain receive saves no registers for it.
 [[gnu::noinline]] bool fire_bound_timer(ChanCore* c) noexcept CORUN_REQUIRES(c->lock) {
   sched::TimerNode* t = c->timer;
-  if (!sched::can_park() || !t->try_hold()) return false;
+  if (!sched::can_park()) return false;
+  const std::int64_t now = sched::Timers::due_now(t);
+  if (now == 0 || !t->try_hold()) return false;
   c->lock.unlock();
   // Consumes the reference; its release may destroy t, which unbinds it under c's lock:
   // not held here.
-  sched::Timers::fire_due(t);
+  sched::Timers::fire_due(t, now);
   // A preemption point, as a poll's: a loop receiving from an always-due timer (a 1 ns
   // Ticker) no longer parks, and would otherwise hold its P for good. No lock is held.
   sched::yield_if_preempted();
