@@ -51,13 +51,22 @@ namespace corun {
 enum class ContextError { none, canceled, deadline_exceeded };
 
 namespace detail {
-// The part of a context node that handles touch inline: its reference count.
+// The part of a context node that handles touch inline: its reference count, and the
+// done channel once it is made (so that select(on_recv(ctx.done(), ...), otherwise(...)),
+// the check a request handler makes in its loop, costs no call for done()).
 struct ContextHeader {
   // relaxed on copy (a handle already holds a reference); acq_rel on drop, so the last
   // owner sees every other owner's writes before the node is destroyed.
   std::atomic<std::size_t> refs{1};
+  // true once `done` is made; then it never changes. Stored (release) by the library
+  // under the node's lock after `done`; loaded (acquire) here, so a reader that sees
+  // true sees the handle.
+  std::atomic<bool> done_set{false};
+  // Made by the first done() (under the node's lock), then read-only.
+  Chan<std::monostate> done{nullptr};
 };
-void context_destroy(ContextHeader* n) noexcept;  // refs reached zero
+void context_destroy(ContextHeader* n) noexcept;                  // refs reached zero
+const Chan<std::monostate>& context_done_slow(ContextHeader* n);  // n's done, made if need be
 }  // namespace detail
 
 class Context {
@@ -87,7 +96,12 @@ class Context {
   // (Chan<std::monostate> c = ctx.done();) to keep it longer. Returning a reference lets
   // select(on_recv(ctx.done(), ...)) run without touching a reference count, which every
   // P would otherwise write. background(): a static nil channel (never ready).
-  const Chan<std::monostate>& done() const;
+  const Chan<std::monostate>& done() const {
+    if (!n_) return detail::nil_chan<std::monostate>;  // background: never done
+    if (n_->done_set.load(std::memory_order_acquire)) [[likely]]
+      return n_->done;
+    return detail::context_done_slow(n_);
+  }
   ContextError err() const noexcept;
   std::optional<Clock::time_point> deadline() const noexcept;
 

@@ -69,7 +69,6 @@ std::atomic<long> g_live_nodes{0};
 struct ContextNode : ContextHeader {
   base::Lock<base::LockRank::context> lock;
   std::atomic<std::uint8_t> state{0};  // ContextError, | kSettled; see the header comment
-  std::atomic<bool> done_set{false};   // done is made and will not change (release)
   bool has_deadline = false;           // immutable
   bool linked = false;                 // in parent->first's list; parent->lock
   Clock::time_point deadline{};        // immutable; min(own, parent's)
@@ -78,7 +77,6 @@ struct ContextNode : ContextHeader {
   ContextNode* prev = nullptr;                          // siblings; parent->lock
   ContextNode* next = nullptr;
   ContextNode* unref_next = nullptr;   // canceller's list of timer references to drop
-  Chan<std::monostate> done{nullptr};  // lock; set once by the first done(), then read-only
   Timer timer CORUN_GUARDED_BY(lock);  // own deadline timer, if any
 
 #if CORUN_DEBUG_CHECKS
@@ -307,20 +305,20 @@ using detail::ContextNode;
 using detail::kSettled;
 using detail::node_of;
 
-const Chan<std::monostate>& Context::done() const {
-  ContextNode* n = node_of(*this);
-  if (!n) return detail::nil_chan<std::monostate>;  // background: never done
-  // acquire: the handle was stored before done_set, and is never stored again.
-  if (n->done_set.load(std::memory_order_acquire)) return n->done;
+namespace detail {
+const Chan<std::monostate>& context_done_slow(ContextHeader* h) {
+  ContextNode* n = static_cast<ContextNode*>(h);
   base::Guard g(n->lock);
   if (!n->done) {
     // Already canceled (and settled: we hold the lock): Go's shared closedchan.
     n->done = n->state.load(std::memory_order_relaxed) != 0 ? detail::closed_chan()
                                                             : Chan<std::monostate>(0);
+    // release: the handle above is stored before; Context::done's acquire pairs.
     n->done_set.store(true, std::memory_order_release);
   }
   return n->done;
 }
+}  // namespace detail
 
 ContextError Context::err() const noexcept {
   ContextNode* n = node_of(*this);
