@@ -43,6 +43,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <corun/runtime.hpp>
+
 namespace corun {
 
 struct closed_channel : std::logic_error {
@@ -87,12 +89,73 @@ struct RecvSlot {
   }
 };
 
-// The part of a channel that handles touch inline: its reference count.
+struct ChanWaiter;  // the library's (sync/chan_core.hpp): a parked sender or receiver
+
+// Doubly linked FIFO of waiters, guarded by the channel's lock (the library's). head is
+// atomic only so that the lock-free "would block" checks may peek at it; it changes only
+// under the lock. The methods are the library's (sync/chan.cpp, chan_core.hpp).
+struct WaitQueue {
+  std::atomic<ChanWaiter*> head{nullptr};
+  ChanWaiter* tail = nullptr;
+
+  bool empty_hint() const noexcept { return head.load(std::memory_order_relaxed) == nullptr; }
+  void push(ChanWaiter* w) noexcept;
+  void unlink(ChanWaiter* w) noexcept;
+  // Removes and returns the first waiter that can take part: a plain one, or one whose
+  // select this call claims. Skipped select waiters are unlinked. nullptr if none.
+  ChanWaiter* dequeue() noexcept;
+  ChanWaiter* dequeue_slow() noexcept;
+};
+
+// The part of a channel that code inline in this header touches: the reference count,
+// and what the lock-free "would block" checks read (recv_hint, send_would_block), so
+// that select(one case, otherwise()) and try_* on a channel that would block, or a
+// receive from a closed one, cost no call. The library's channel (sync/chan_core.hpp
+// ChanCore) extends it with the lock, the ring and the rest; this part is its first
+// cache line, so a check reads one line.
 struct ChanHeader {
   // relaxed on copy (a handle already holds a reference); acq_rel on drop, so the last
   // owner sees every other owner's writes before it destroys the channel.
   std::atomic<std::size_t> refs{1};
+  std::size_t cap = 0;  // immutable
+  // count, closed and the queues change only under the channel's lock; the checks read
+  // them without it (acquire: see recv_hint).
+  std::atomic<std::size_t> count{0};  // buffered values
+  std::atomic<bool> closed{false};
+  WaitQueue recvq;  // parked receivers (and select cases receiving)
+  WaitQueue sendq;  // parked senders
 };
+
+// Lock-free receive check, Go's chanrecv fast path: -1 would block (empty and open), 0
+// closed and drained, 1 a value may be there (lock and look). Linearizable: "empty" then
+// "open" means the channel was empty and open at the first load (a channel never
+// reopens); if it was closed, the emptiness is checked again, since a value could have
+// been buffered between the two loads and the channel closed after. Each load is acquire,
+// so the later ones cannot be done before it. A nil channel always blocks.
+inline int recv_hint(const ChanHeader* c) noexcept {
+  if (!c) return -1;
+  auto empty = [c] {
+    return c->cap == 0 ? c->sendq.head.load(std::memory_order_acquire) == nullptr
+                       : c->count.load(std::memory_order_acquire) == 0;
+  };
+  if (!empty()) return 1;
+  if (!c->closed.load(std::memory_order_acquire)) return -1;
+  return empty() ? 0 : 1;
+}
+// Lock-free send check, Go's chansend fast path: true if a send would block (open, then
+// full: no receiver waits / the buffer is full; open at the second load too, as a channel
+// never reopens). false: lock and look (room, or closed: the send throws). Nil: blocks.
+inline bool send_would_block(const ChanHeader* c) noexcept {
+  if (!c) return true;
+  if (c->closed.load(std::memory_order_acquire)) return false;
+  return c->cap == 0 ? c->recvq.head.load(std::memory_order_acquire) == nullptr
+                     : c->count.load(std::memory_order_acquire) == c->cap;
+}
+// A check said "would block": a polling loop must not hold its P past its time slice.
+inline void poll_missed() noexcept {
+  if (preempt_hint.any.load(std::memory_order_relaxed)) [[unlikely]]
+    poll_yield();
+}
 
 ChanHeader* chan_make(std::size_t capacity, const ElemOps* ops);
 void chan_destroy(ChanHeader* c) noexcept;  // refs reached zero
@@ -228,8 +291,19 @@ class Chan {
     detail::RecvSlot<T> slot;
     return slot.take(detail::chan_recv(c_, slot.raw()));
   }
-  bool try_send(T v) const { return detail::chan_try_send(c_, &v); }
+  bool try_send(T v) const {
+    if (detail::send_would_block(c_)) {
+      detail::poll_missed();
+      return false;
+    }
+    return detail::chan_try_send(c_, &v);
+  }
   std::optional<T> try_recv() const {
+    const int r = detail::recv_hint(c_);
+    if (r <= 0) {
+      if (r < 0) detail::poll_missed();
+      return std::nullopt;
+    }
     detail::RecvSlot<T> slot;
     return slot.take(detail::chan_try_recv(c_, slot.raw()));
   }
@@ -278,11 +352,19 @@ namespace detail {
 template <class C>
 bool poll_case(C& c) {
   if constexpr (requires { c.out; }) {
-    int r = chan_poll_recv(c.c, c.out.raw());
-    if (r < 0) return false;
+    int r = recv_hint(c.c);
+    if (r < 0) {
+      poll_missed();
+      return false;
+    }
+    if (r > 0 && (r = chan_poll_recv(c.c, c.out.raw())) < 0) return false;
     run_case(c, r == 1);
     return true;
   } else {
+    if (send_would_block(c.c)) {
+      poll_missed();
+      return false;
+    }
     if (!chan_try_send(c.c, &c.v)) return false;
     c.f();
     return true;

@@ -10,6 +10,7 @@
 // functions below are the runtime's side of that protocol; they are not for users.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <new>
@@ -40,6 +41,26 @@ using TaskFn = void (*)(void* closure);
 void* spawn_begin(std::size_t size, std::size_t align, TaskFn invoke, TaskFn destroy);
 void spawn_commit(void* closure) noexcept;  // closure constructed: make the task runnable
 void spawn_abort(void* closure) noexcept;   // closure constructor threw: free the task
+
+// True while some P of the running runtime may have been asked to end its time slice
+// (sysmon asks a P that has run 10 ms without a new slice). The would-block paths inline
+// in chan.hpp (select(case, otherwise()), try_recv, try_send) read it and only then call
+// poll_yield(), which checks the caller's own P: the header cannot read a thread-local
+// safely, since a compiler may keep a thread-local's address across a call in which the
+// task moved to another thread. Set by sysmon with a P's request (it sets it again on
+// each tick while a running P's request is pending), cleared by the P that acts on its
+// request and by sysmon when none is pending; stored only when it changes, and relaxed (a
+// hint: a stale true costs a call, a stale false one more slice), so on a busy runtime
+// its line, which it has alone, stays shared in every core's cache.
+// Rejected: a count of the Ps whose request is pending (an RMW on this line per
+// request; exact, but a count left by a run's M after shutdown would outlive the run).
+struct alignas(64) PreemptHint {
+  std::atomic<bool> any{false};
+};
+extern PreemptHint preempt_hint;
+// A non-blocking channel operation found nothing to do: yields if the caller's P was
+// asked to end its time slice (a polling loop must not keep its P past it).
+void poll_yield() noexcept;
 
 // RAII scope of a blocking() call: the P is released for other tasks while it lives.
 class BlockingScope {

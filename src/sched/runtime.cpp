@@ -407,10 +407,16 @@ void yield_if_preempted() noexcept {
   if (!m || !m->curg || !m->p) return;
   P* p = m->p;
   if (!p->preempt.load(std::memory_order_relaxed)) return;
-  p->preempt.store(false, std::memory_order_relaxed);
+  clear_preempt(p);
   switch_to_g0(m->curg, Action::yield);
 }
 }  // namespace sched
+
+namespace detail {
+void poll_yield() noexcept {
+  sched::yield_if_preempted();
+}
+}  // namespace detail
 
 namespace sched {
 Runtime* caller_runtime() noexcept {

@@ -135,8 +135,7 @@ void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept {
 namespace {
 void new_slice(P* p) noexcept {
   p->slicetick.store(p->slicetick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  if (p->preempt.load(std::memory_order_relaxed))
-    p->preempt.store(false, std::memory_order_relaxed);
+  if (p->preempt.load(std::memory_order_relaxed)) clear_preempt(p);
 }
 }  // namespace
 

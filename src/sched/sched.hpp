@@ -41,6 +41,8 @@
 #include <memory>
 #include <vector>
 
+#include <corun/runtime.hpp>
+
 #include "arch/context.hpp"
 #include "arch/sanitizer.hpp"
 #include "base/lock.hpp"
@@ -162,6 +164,17 @@ struct alignas(64) P {
 
   P* link = nullptr;  // idle list, guarded by Runtime::lock
 };
+
+// The owner acts on p's preempt request: clears it, and the runtime-wide hint the inline
+// polls read (<corun/runtime.hpp> preempt_hint), which sysmon set with it. Another P's
+// pending request loses the hint until sysmon's next tick sets it again (one more slice
+// at worst); keeping it would send every poll of every P into the library until that
+// tick. Both stores only when set (rare: a slice overran): the lines stay shared.
+inline void clear_preempt(P* p) noexcept {
+  p->preempt.store(false, std::memory_order_relaxed);
+  if (corun::detail::preempt_hint.any.load(std::memory_order_relaxed))
+    corun::detail::preempt_hint.any.store(false, std::memory_order_relaxed);
+}
 
 struct Runtime {
   Settings settings;

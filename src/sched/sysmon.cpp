@@ -17,11 +17,16 @@
 #include <cstdio>
 #include <string>
 
+#include <corun/runtime.hpp>
 #include <corun/stats.hpp>
 
 #include "os/thread.hpp"
 #include "sched/fence.hpp"
 #include "sched/sched.hpp"
+
+namespace corun::detail {
+PreemptHint preempt_hint;  // sysmon's: set_preempt_hint
+}  // namespace corun::detail
 
 namespace corun::sched {
 
@@ -60,14 +65,16 @@ void check_slice(P* p, std::uint64_t now) {
 }
 
 // Returns how many Ps it retook; *watching says whether any P is in blocking(),
-// *running whether any P runs tasks.
-int retake(Runtime* rt, std::uint64_t now, bool* watching, bool* running) {
+// *running whether any P runs tasks, *preempt whether a running P has been asked to end
+// its slice and has not yet (detail::preempt_hint).
+int retake(Runtime* rt, std::uint64_t now, bool* watching, bool* running, bool* preempt) {
   int n = 0;
   for (P* p : rt->ps) {
     PStatus st = p->status.load(std::memory_order_acquire);
     if (st == PStatus::running) {
       *running = true;
       check_slice(p, now);
+      *preempt |= p->preempt.load(std::memory_order_relaxed);
       continue;
     }
     if (st != PStatus::syscall) continue;
@@ -94,6 +101,13 @@ int retake(Runtime* rt, std::uint64_t now, bool* watching, bool* running) {
     }
   }
   return n;
+}
+
+// detail::preempt_hint (<corun/runtime.hpp>), stored only when it changes: every poll of
+// every P reads its line.
+void set_preempt_hint(bool any) noexcept {
+  if (detail::preempt_hint.any.load(std::memory_order_relaxed) != any)
+    detail::preempt_hint.any.store(any, std::memory_order_relaxed);
 }
 
 void print_schedtrace(Runtime* rt, std::uint64_t now) {
@@ -145,8 +159,9 @@ void* sysmon_main(void* arg) {
   int idle_rounds = 0;  // consecutive looks with every P idle
   while (!rt->stopping.load(std::memory_order_acquire)) {
     std::uint64_t now = os::monotonic_ns();
-    bool watching = false, running = false;
-    int retook = retake(rt, now, &watching, &running);
+    bool watching = false, running = false, preempt = false;
+    int retook = retake(rt, now, &watching, &running, &preempt);
+    set_preempt_hint(preempt);
     if (next_trim == 0) {
       // relaxed: a hint from the exit path (no lock on this 20 us tick); trim() decides.
       if (rt->stack_surplus.exchange(false, std::memory_order_relaxed))
@@ -227,6 +242,7 @@ void sysmon_stop(Runtime* rt) {
   rt->sysmon_note.wakeup();
   pthread_join(rt->sysmon_thread, nullptr);
   rt->sysmon_started = false;
+  set_preempt_hint(false);  // the next run starts with none
 }
 
 void sysmon_kick(Runtime* rt) noexcept {

@@ -61,40 +61,24 @@ struct SelectState {
   std::atomic<std::uint32_t> woken{0};  // foreign thread's futex word
 };
 
-// Doubly linked FIFO of waiters. head is atomic only so that the lock-free "would block"
-// checks of try_send/try_recv may peek at it (relaxed; see chan.cpp); it changes only
-// under the channel's lock.
-struct WaitQueue {
-  std::atomic<ChanWaiter*> head{nullptr};
-  ChanWaiter* tail = nullptr;
-
-  bool empty_hint() const noexcept { return head.load(std::memory_order_relaxed) == nullptr; }
-  void push(ChanWaiter* w) noexcept;
-  void unlink(ChanWaiter* w) noexcept;
-  // Removes and returns the first waiter that can take part: a plain one, or one whose
-  // select this call claims. Skipped select waiters are unlinked. nullptr if none.
-  ChanWaiter* dequeue() noexcept {
-    if (empty_hint()) return nullptr;
-    return dequeue_slow();
-  }
-  ChanWaiter* dequeue_slow() noexcept;
-};
+// WaitQueue (doubly linked FIFO of waiters) is declared in <corun/chan.hpp>, in the
+// channel's first cache line, so the inline checks there can peek at its head.
+inline ChanWaiter* WaitQueue::dequeue() noexcept {
+  if (empty_hint()) return nullptr;
+  return dequeue_slow();
+}
 
 struct alignas(64) ChanCore : ChanHeader {
-  base::Lock<base::LockRank::chan> lock;  // see above
-  // count and closed change only under lock; atomics so try_* can read them without it
-  // (acquire: see chan.cpp's header comment).
-  std::atomic<std::size_t> count{0};
-  std::atomic<bool> closed{false};
-  std::size_t cap = 0;                           // immutable
+  // ChanHeader (<corun/chan.hpp>), the first cache line: refs, cap, and count, closed,
+  // recvq, sendq, which change only under lock (atomics so the lock-free checks can read
+  // them without it).
+  base::Lock<base::LockRank::chan> lock;         // see above
   std::size_t esize = 0;                         // immutable: ops->size
   bool trivial = false;                          // immutable: ops->trivial
   std::size_t recvx CORUN_GUARDED_BY(lock) = 0;  // ring index of the oldest value
   std::size_t sendx CORUN_GUARDED_BY(lock) = 0;  // ring index of the next free slot
   const ElemOps* ops = nullptr;
   unsigned char* buf = nullptr;  // cap slots of ops->size bytes, right after the core
-  WaitQueue recvq;
-  WaitQueue sendq;
   // The timer that sends on this channel (new_timer, after, Ticker; sync/chan_timer.hpp),
   // or nullptr. Set and cleared under lock by the timer layer: cleared by the timer's
   // destruction before its memory goes, so a receiver that reads it under lock may
