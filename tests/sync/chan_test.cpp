@@ -950,6 +950,38 @@ TEST_SUITE("rt.chan") {
   }
 #endif
 
+  TEST_CASE("A loop polling with select(case, otherwise()), try_recv or try_send yields its P") {
+    // The polls' would-block checks are inline (chan.hpp) and reach the scheduler only
+    // through preempt_hint: at 1 P the polling task must still give way to the task that
+    // will make its poll succeed, once sysmon ends its time slice (10 ms). Each loop gives
+    // up after 5 s, so a poll that never yields fails here instead of hanging.
+    for (int kind = 0; kind < 3; kind++) {
+      CAPTURE(kind);
+      bool ok = false;
+      t::run([&] {
+        Chan<int> c(kind == 2 ? 1 : 0);
+        if (kind == 2) c.send(0);  // full: try_send would block until the peer takes it
+        corun::go([c, kind] {
+          if (kind == 2)
+            c.recv();
+          else
+            c.send(1);
+        });
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!ok && std::chrono::steady_clock::now() < give_up) {
+          if (kind == 0)
+            corun::select(corun::on_recv(c, [&](std::optional<int>) { ok = true; }),
+                          corun::otherwise([] {}));
+          else if (kind == 1)
+            ok = c.try_recv().has_value();
+          else
+            ok = c.try_send(2);
+        }
+      });
+      CHECK(ok);
+    }
+  }
+
   TEST_CASE("move-only values through channels and select; leftovers are destroyed") {
     std::atomic<int> ended{0};
     t::run([&] {
