@@ -961,11 +961,16 @@ TEST_SUITE("rt.chan") {
       t::run([&] {
         Chan<int> c(kind == 2 ? 1 : 0);
         if (kind == 2) c.send(0);  // full: try_send would block until the peer takes it
-        corun::go([c, kind] {
+        // The peer is waited for: a task still alive when run() ends is abandoned with its
+        // closure (API.md), and ASan would report its handle on c as a leak.
+        corun::WaitGroup wg;
+        wg.add(1);
+        corun::go([c, kind, &wg] {
           if (kind == 2)
             c.recv();
           else
             c.send(1);
+          wg.done();
         });
         const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
         while (!ok && std::chrono::steady_clock::now() < give_up) {
@@ -977,6 +982,7 @@ TEST_SUITE("rt.chan") {
           else
             ok = c.try_send(2);
         }
+        if (ok) wg.wait();
       });
       CHECK(ok);
     }
