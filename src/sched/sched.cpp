@@ -334,6 +334,7 @@ void handle_action(M* m, Task* t) noexcept {
       break;
     }
     case Action::yield:
+      t->yielded = true;  // direct_next looks at the P's timers before running it again
       runqput(rt, m->p, t, false);
       break;
     case Action::exit:
@@ -641,6 +642,14 @@ void schedule_loop(M* m) {
     if (m->spinning) reset_spinning(m);
     if (m->p) bump(m->p->stats.runs);
     Task* back = switch_to_task(m, t);  // t, or a task t switched to directly
+    // A yielder (or a preempted task) queues behind what its P's due timers ready: Go's
+    // Gosched puts it on the global queue, behind every local task. Queued first, it ran
+    // before all but the last of a batch of timer-woken tasks (each ready pushes the
+    // previous runnext to the tail), and a busy loop's yields held them back a turn.
+    // Not once the run is stopping: find_runnable runs no timer then either, and foreign
+    // threads treat a stopping runtime's timers as no longer fired by any M.
+    if (m->action == Action::yield && m->p && !m->rt->stopping.load(std::memory_order_acquire))
+      run_own_timers(m->rt, m->p);
     handle_action(m, back);
   }
 }

@@ -205,30 +205,52 @@ void check_left_stack(M* m, Task* t) noexcept {
                               "canary below the stack overwritten (overflow into the stack below)");
 }
 
-// Every kTimerCheckEvery direct switches of a P with timers, one clock read: true if its
-// earliest timer is due, so the switch goes through g0, whose find_runnable runs it and
-// puts the task it wakes in runnext. Without it a timer waits for the 61st switch, i.e.
-// behind every runnable task. Costs one relaxed load per switch when the P has no timer.
+// Whether a direct switch must go through g0 first because a timer of this P is due:
+// g0's find_runnable runs it and puts the task it wakes in runnext. One relaxed load when
+// the P has no timer; else one clock read (~25 ns here, kvm-clock) at every yield, before
+// running a task that last yielded, and every kTimerCheckEvery other switches. Without it
+// a timer waits for the 61st switch, i.e. behind every runnable task.
+// Why yields check every time: a task that yields every few µs (a busy loop's scheduling
+// point, Go's Gosched) gives the P its only chances to see its timers, and every 8th of
+// them was 20-40 µs (TimerLateness/*=50us/busy p50 13 µs against Go's 0.5-5 µs). Why
+// before running a yielder: between two turns of a busy task the tasks woken by timers
+// run and park, and a timer due meanwhile would wait a whole busy turn more. Parks and
+// exits of short tasks (channel ping-pong) switch far more often and keep the count.
+// Go checks at every schedule(); corun's direct switches are ~6 ns, so a clock read at
+// every one would cost more than the switch.
 constexpr std::uint32_t kTimerCheckEvery = 8;
-bool timer_due_check(P* p) noexcept {
+bool timer_due_now(P* p) noexcept {
   std::int64_t e = p->timers->next();
-  if (e == TimerHeap::kNever || --p->timer_countdown != 0) return false;
+  if (e == TimerHeap::kNever) return false;
   p->timer_countdown = kTimerCheckEvery;
   return static_cast<std::int64_t>(os::monotonic_ns()) >= e;
 }
+bool timer_due_check(P* p) noexcept {
+  if (p->timers->next() == TimerHeap::kNever || --p->timer_countdown != 0) return false;
+  return timer_due_now(p);
+}
 
 // The next task of this M's P for a direct switch, or nullptr when the scheduler proper
-// must choose: nothing local, the global queue's turn (every 61st pick), shutdown.
-Task* direct_next(M* m) noexcept {
+// must choose: nothing local, the global queue's turn (every 61st pick), shutdown, a due
+// timer (see timer_due_now for when it looks). `yielding`: the caller yields.
+Task* direct_next(M* m, bool yielding) noexcept {
   P* p = m->p;
   if (!p || p->global_countdown <= 1 || m->rt->stopping.load(std::memory_order_relaxed) ||
-      timer_due_check(p))
+      (yielding ? timer_due_now(p) : timer_due_check(p)))
     return nullptr;
   Task* t = runq_get(p);
   if (t) {
     CORUN_DCHECK(t->state.load(std::memory_order_relaxed) == TaskState::runnable,
                  "task %llu dequeued in state %u", static_cast<unsigned long long>(t->id),
                  static_cast<unsigned>(t->state.load(std::memory_order_relaxed)));
+    if (t->yielded) {
+      t->yielded = false;
+      // A yielder goes back behind what the due timers wake (it asked to let others run).
+      if (!yielding && timer_due_now(p)) {
+        runqput(m->rt, p, t, false);
+        return nullptr;
+      }
+    }
     p->global_countdown--;
     bump(p->stats.runs);
   }
@@ -255,6 +277,7 @@ void switch_direct(M* m, Task* from, Task* to, Action a) noexcept {
 
 Task* switch_to_task(M* m, Task* t) noexcept {
   m->curg = t;
+  t->yielded = false;
   t->state.store(TaskState::running, std::memory_order_relaxed);
   os::tls_running_stack = {t->stack.lo, static_cast<std::size_t>(t->stack.hi - t->stack.lo), t->id};
   t->eh.swap_with(m->eh_globals);
@@ -299,7 +322,7 @@ void park(void (*commit)(void*), void* arg) noexcept {
   m->commit_arg = arg;
   bump(m->p->stats.parks);
   Task* self = m->curg;
-  if (Task* next = direct_next(m)) {
+  if (Task* next = direct_next(m, false)) {
     switch_direct(m, self, next, Action::park);
     return;
   }
@@ -311,7 +334,7 @@ void yield_task(M* m) noexcept {
   // round). direct_next keeps g0's turns: the global queue every 61st pick, due timers,
   // shutdown; with nothing local, g0's find_runnable also polls the network and steals.
   Task* self = m->curg;
-  if (Task* next = direct_next(m)) {
+  if (Task* next = direct_next(m, true)) {
     switch_direct(m, self, next, Action::yield);
     return;
   }
@@ -347,7 +370,7 @@ namespace {
   }
   t->destroy(t->closure);
   M* m = current_m();
-  if (Task* next = direct_next(m))
+  if (Task* next = direct_next(m, false))
     switch_direct(m, t, next, Action::exit);
   else
     switch_to_g0(t, Action::exit);

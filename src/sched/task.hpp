@@ -43,6 +43,10 @@ struct alignas(64) Task {
   os::StackAllocator* origin = nullptr;  // where the stack goes back to
   EhState eh;  // exception-handling state while switched out (eh_state.hpp)
   std::atomic<TaskState> state{TaskState::idle};  // relaxed: see header comment
+  // Queued by a yield (a busy loop's scheduling point, or a preemption): set by the M that
+  // queues it (handle_action), cleared by the M that dequeues it (direct_next) or switches
+  // to it; the run queue's hand-over orders the two, as for every other field.
+  bool yielded = false;
 };
 
 }  // namespace corun::sched
