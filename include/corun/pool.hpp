@@ -4,10 +4,10 @@
 // object to two callers), else make(), else nullptr; put() gives an object back. Each P
 // keeps a small cache of its own (a private slot and a 28-slot array on its NUMA node's
 // memory, allocated when the P first uses the pool); get and put on it are plain loads
-// and stores, no atomic, no lock. When the array fills, half of it moves as one batch to
-// the P's own stack of up to 4 full batches, then to the pool's depot (O(1) under the
-// depot's lock); when it empties, get takes a batch back from the P's stack, else the
-// depot. Threads that are not Ps (foreign threads, blocking() calls) use the depot
+// and stores, no atomic, no lock, and on the private slot no call (inline below). When the array
+// fills, half of it moves as one batch to the P's own stack of up to 4 full batches, then to the
+// pool's depot (O(1) under the depot's lock); when it empties, get takes a batch back from the P's
+// stack, else the depot. Threads that are not Ps (foreign threads, blocking() calls) use the depot
 // directly, under its lock.
 //
 // Trimming without a GC: every CORUN_POOL_TRIM_MS (default 5 s) a runtime timer moves
@@ -34,14 +34,31 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
+
+#include <corun/proc_tls.hpp>
 
 namespace corun {
 
 namespace detail {
+// The head of a run's shard table (src/pool/pool_state.hpp ShardTable derives from it;
+// its array of shard pointers follows): what the inline fast path reads.
+struct PoolTableHead {
+  std::uint64_t run_id = 0;  // Runtime::run_id of the run it serves
+  std::uint32_t n = 0;       // that run's P count
+  void* older = nullptr;     // retired tables, freed with the pool (depot lock)
+};
+
 // The type-erased pool (src/pool/pool.cpp). get/put are called from tasks on any P and
 // from any thread; see pool_state.hpp for the ownership of each part.
+// get/put inline: the private slot of the caller's shard, when the caller is a task on a
+// P of the run the installed table serves and that P has a shard (one compare of run ids
+// says both: pool.cpp's header). Anything else — the slot full on put or empty on get, no
+// shard, not on a P — is one call into the library: with the shard found, to its local
+// array (get_shard/put_shard); without, to the full path (get_outline/put_outline).
+// Nothing here can park, so the P read by this_proc() stays the caller's throughout.
 class PoolCore {
  public:
   using Destroy = void (*)(void*) noexcept;
@@ -50,11 +67,49 @@ class PoolCore {
   PoolCore(const PoolCore&) = delete;
   PoolCore& operator=(const PoolCore&) = delete;
 
-  void* get() noexcept;          // a cached object, or nullptr
-  void put(void* obj) noexcept;  // obj != nullptr
+  // a cached object, or nullptr
+  void* get() noexcept {
+    void** slot = private_slot();
+    if (!slot) [[unlikely]]
+      return get_outline();
+    if (void* x = *slot) [[likely]] {
+      *slot = nullptr;
+      return x;
+    }
+    return get_shard(slot);
+  }
+  // obj != nullptr
+  void put(void* obj) noexcept {
+    void** slot = private_slot();
+    if (!slot) [[unlikely]]
+      return put_outline(obj);
+    if (!*slot) [[likely]] {
+      *slot = obj;
+      return;
+    }
+    put_shard(slot, obj);
+  }
+  // Out of line: the whole get/put (no shard found), and the rest of them on the shard
+  // whose private slot is `slot` (found empty by get, full by put: the local array next).
+  void* get_outline() noexcept;
+  void put_outline(void* obj) noexcept;
+  void* get_shard(void** slot) noexcept;
+  void put_shard(void** slot, void* obj) noexcept;
 
  private:
   friend struct PoolAccess;  // pool.cpp
+  // The caller's shard's private slot, or nullptr (see above). The shard pointers follow
+  // the table's head; a shard begins with its private slot (pool.cpp asserts both).
+  void** private_slot() const noexcept {
+    if constexpr (!kInlineProcTls) return nullptr;
+    const auto* t = static_cast<const PoolTableHead*>(table_.load(std::memory_order_acquire));
+    const ProcTls* me = this_proc();
+    if (t->run_id != me->run_id) [[unlikely]]
+      return nullptr;
+    void* const* shards = reinterpret_cast<void* const*>(t + 1);
+    return static_cast<void**>(shards[me->id]);  // run ids match: 0 <= id < n
+  }
+
   // The current run's shard table (pool_state.hpp ShardTable): published with release by the
   // depot lock's holder, loaded with acquire on every get/put. Read-mostly. Never null
   // once constructed: until the first install, a static table of no run (pool.cpp kNoTable).

@@ -1,12 +1,15 @@
 // pool/pool.cpp — PoolCore: get/put through the caller's P shard, the depot, or (for
 // threads that are not Ps, and in CORUN_POOL=global) the depot alone.
 //
-// Fast path (a task on a P, shard present): the table (acquire load: a plain mov on x86),
-// one compare of its run id with the caller's (sched::tls_proc, initial-exec TLS: a
-// %fs-relative load), the P's id from TLS, the shard, then the private slot or the local
-// array — six loads, three predicted branches, no atomic RMW, no lock, no call (x86-64,
-// g++ 12 -O2: 13 instructions for a get or a put that hits the private slot, counted in
-// perf/RESULTS.md). The one compare is the whole safety check: the table is never null
+// Fast path (a task on a P, shard present, private slot free on put / full on get): inline
+// in pool.hpp (PoolCore::get/put): the table (acquire load: a plain mov on x86), the
+// thread pointer (<corun/proc_tls.hpp> this_proc(): a volatile read, never one cached
+// across a park), one compare of the table's run id with the caller's, the P's id, the
+// shard, the slot — no call, no atomic RMW, no lock (x86-64, g++ 12 -O2: 11 instructions
+// for a put, 12 for a get). With the shard found, the local array is one call away
+// (get_shard/put_shard: no second lookup); without, get_outline/put_outline repeat the
+// lookup out of line (current_shard) and go on to the slow paths.
+// The one compare is the whole safety check: the table is never null
 // (kNoTable, of no run, until the first install), a thread without a P has run id 0,
 // which no run has, and a table of this run has a slot for every P id of it; so a
 // foreign thread, an M in blocking(), a stale table of an earlier run and a pool not
@@ -31,11 +34,12 @@
 // The depot needs no runtime: from a foreign thread a pool works the same during a run,
 // between runs and while one ends. Only arming the run's trim timer reaches the runtime,
 // and a foreign thread does that inside the foreign gate (ensure_trimmer_off_p).
-// Rejected: get/put's fast path inline in pool.hpp (no call, no argument set-up): it would read
-// tls_proc inside the user's functions, where the compiler may keep a thread-local address across a
-// park (sched.hpp current_m()) — a task that resumed on another M would then use the old P's shard
-// — and it would put the shard layout in the public header; perf/RESULTS.md measures what the two
-// calls cost (the Pool/floor=calls row). Go's pin/unpin (corun cannot be preempted inside get/put:
+// Rejected: the whole fast path (local array too) inline in pool.hpp (more code in every
+// caller for the case the private slot already serves: a put then a get, or a get then a
+// put); reading tls_proc as a C++ thread-local in the inline path (the compiler may keep
+// the thread pointer across a park: a task that resumed on another M would use the old
+// P's shard — proc_tls.hpp; the test "this_proc() is the library's record" fails that
+// way). Go's pin/unpin (corun cannot be preempted inside get/put:
 // no need); a TLS per-thread cache for foreign threads (its objects would be pinned until thread
 // exit, and foreign threads are the rare case); a lock-free depot (batch moves are rare).
 #include <cstdlib>
@@ -61,7 +65,7 @@ namespace {
 // ids count from 1, and a thread without a P has run_id 0: proc.hpp), so the fast path's
 // one run-id compare also covers "no table yet" and "not on a P", with no null test. Never
 // written, never freed; PoolAccess::table() hides it from every slow path (nullptr).
-constinit ShardTable kNoTable{~std::uint64_t{0}, 0, nullptr};
+constinit ShardTable kNoTable{{~std::uint64_t{0}, 0, nullptr}};
 }  // namespace
 
 struct PoolAccess {
@@ -384,7 +388,7 @@ PoolCore::~PoolCore() {
     free_table(t);
   }
   for (ShardTable* r = st->retired; r;) {
-    ShardTable* nx = r->older;
+    auto* nx = static_cast<ShardTable*>(r->older);
     take_shards(r);  // retired tables have no shards left; kept for symmetry
     free_table(r);
     r = nx;
@@ -440,7 +444,7 @@ __attribute__((noinline)) void put_slow(PoolCore& c, void* x) noexcept {
 
 }  // namespace
 
-void* PoolCore::get() noexcept {
+void* PoolCore::get_outline() noexcept {
   Shard* s = current_shard(*this);
   if (!s) [[unlikely]]
     return get_slow(*this);
@@ -448,11 +452,10 @@ void* PoolCore::get() noexcept {
     s->priv = nullptr;
     return x;
   }
-  if (s->n) return s->local[--s->n];
-  return refill(PoolAccess::state(*this), s);
+  return get_shard(&s->priv);
 }
 
-void PoolCore::put(void* x) noexcept {
+void PoolCore::put_outline(void* x) noexcept {
   Shard* s = current_shard(*this);
   if (!s) [[unlikely]]
     return put_slow(*this, x);
@@ -460,6 +463,18 @@ void PoolCore::put(void* x) noexcept {
     s->priv = x;
     return;
   }
+  put_shard(&s->priv, x);
+}
+
+// `slot` is the private slot of the caller's shard, its first member (pool_state.hpp).
+void* PoolCore::get_shard(void** slot) noexcept {
+  Shard* s = reinterpret_cast<Shard*>(slot);
+  if (s->n) return s->local[--s->n];
+  return refill(PoolAccess::state(*this), s);
+}
+
+void PoolCore::put_shard(void** slot, void* x) noexcept {
+  Shard* s = reinterpret_cast<Shard*>(slot);
   if (s->n < kLocalCap) {
     s->local[s->n++] = x;
     return;
@@ -568,7 +583,7 @@ std::size_t pool_footprint(const PoolCore& c) noexcept {
     for (std::uint32_t i = 0; i < t->n; i++)
       if (t->shards[i]) bytes += sizeof(Shard);
   }
-  for (ShardTable* r = st->retired; r; r = r->older) bytes += table_bytes(r);
+  for (auto* r = st->retired; r; r = static_cast<ShardTable*>(r->older)) bytes += table_bytes(r);
   return bytes;
 }
 

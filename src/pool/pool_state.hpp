@@ -34,6 +34,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "base/lock.hpp"
@@ -58,12 +59,15 @@ struct alignas(64) Shard {
 };
 static_assert(sizeof(Shard) == 256, "four cache lines per P per pool (footprint: perf/RESULTS.md)");
 
-struct ShardTable {
-  std::uint64_t run_id = 0;     // Runtime::run_id of the run it serves
-  std::uint32_t n = 0;          // that run's P count
-  ShardTable* older = nullptr;  // retired tables, freed with the pool (depot lock)
-  Shard* shards[];              // n entries, nullptr until P i first uses the pool
+// run_id, n, older (a ShardTable*): in the head, which pool.hpp's inline get/put read.
+struct ShardTable : PoolTableHead {
+  Shard* shards[];  // n entries, nullptr until P i first uses the pool
 };
+// The array starts at or after the head's end and adds nothing to the size: so it starts
+// right there (offsetof is not for a class with a base).
+static_assert(sizeof(ShardTable) == sizeof(PoolTableHead),
+              "pool.hpp private_slot: the shard pointers follow the head");
+static_assert(offsetof(Shard, priv) == 0, "pool.hpp private_slot: a shard begins with priv");
 
 struct PoolRegistryLink {
   struct PoolState* prev = nullptr;

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include <corun/proc_tls.hpp>
+
 #include "sched/config.hpp"
 
 namespace corun::sched {
@@ -23,20 +25,17 @@ struct Runtime;
 // takes or drops a P (sched.hpp set_mp), so it always matches the M's P. Read it only
 // where no context switch can happen between the read and the last use, and only in
 // functions the caller cannot inline across one (a compiler may reuse a thread-local
-// address computed before a switch: sched.hpp current_m()).
+// address computed before a switch: sched.hpp current_m()). Public headers read it
+// through <corun/proc_tls.hpp> this_proc(), which is why the record's type lives there
+// and the variable has a fixed assembler name.
 // run_id is 0 exactly when id is -1: run ids count from 1, so "run_id equals this run's"
 // alone says "on a P of this run" (the pool tests only that).
 // initial-exec: one %fs-relative load even if the library is built position-independent
 // (general-dynamic would call __tls_get_addr); it is a static library linked into the
 // executable, whose static TLS block always has room for it.
-struct ProcTls {
-  int id = -1;               // the P's id, -1 when the thread holds no P
-  std::uint64_t run_id = 0;  // run_id() of the P's runtime, 0 when the thread holds no P
-  // The P's "end your time slice" flag (sysmon sets it, relaxed), so that a would-block
-  // poll checks it inline (preempt_requested) instead of through a call chain.
-  const std::atomic<bool>* preempt = nullptr;
-};
-extern constinit thread_local ProcTls tls_proc __attribute__((tls_model("initial-exec")));
+using ProcTls = corun::detail::ProcTls;
+extern constinit thread_local ProcTls tls_proc asm("corun_tls_proc")
+    __attribute__((tls_model("initial-exec")));
 
 // True if the caller's P was asked to end its time slice (then call park.hpp's
 // yield_if_preempted). Two TLS loads and one of the flag: for poll paths that found

@@ -784,6 +784,64 @@ TEST_SUITE("rt.pool") {
     CHECK(c.created.load() == c.destroyed.load());
   }
 
+  // <corun/proc_tls.hpp> this_proc(): pool.hpp's inline get/put find the caller's P through
+  // it, from the user's own function, where a task may park and resume on another thread.
+  // It must be the library's record (the same address as sched::tls_proc) on every thread,
+  // and be read afresh after each park: tasks here yield and wait on a channel (resuming
+  // wherever they are woken), and after each one this_proc() must name the P they now run
+  // on. A cached thread pointer would name the P of the thread they left.
+  // The library's record as an out-of-line call computes it: what the test compares with
+  // (&tls_proc written in the task's loop would itself be cached across the parks).
+  __attribute__((noinline)) const void* library_record() {
+    asm volatile("" ::: "memory");
+    return &corun::sched::tls_proc;
+  }
+  TEST_CASE("this_proc() is the library's record, read afresh after every park") {
+    namespace s = corun::sched;
+    if (!corun::detail::kInlineProcTls) return;  // no inline path on this architecture
+    CHECK(corun::detail::this_proc() == &s::tls_proc);
+    std::atomic<int> bad{0};
+    std::thread foreign([&bad] {
+      const auto* me = corun::detail::this_proc();
+      if (me != &s::tls_proc || me->id != -1 || me->run_id != 0) bad++;
+    });
+    foreign.join();
+    CHECK(bad.load() == 0);
+    std::atomic<int> moved{0};  // thread changes seen by the tasks, all runs
+    for (int n : {1, t::procs(), 4}) {
+      t::run(
+          [&bad, &moved] {
+            constexpr int kTasks = 64, kRounds = 1000;  // ~10 ms: other Ps wake, steal
+            corun::Chan<int> ping(0);
+            corun::WaitGroup wg;
+            wg.add(kTasks);
+            for (int i = 0; i < kTasks; i++)
+              corun::go([&, i] {
+                const void* last = library_record();
+                for (int r = 0; r < kRounds; r++) {
+                  if ((r + i) % 2)
+                    corun::yield();
+                  else if (i % 2)
+                    ping.send(r);
+                  else
+                    ping.recv();
+                  const auto* me = corun::detail::this_proc();
+                  const void* lib = library_record();
+                  if (me != lib || me->id != corun::proc_id() || me->run_id == 0) bad++;
+                  if (lib != last) moved++;
+                  last = lib;
+                }
+                wg.done();
+              });
+            wg.wait();
+          },
+          n);
+      CHECK(bad.load() == 0);
+    }
+    // Without moves the test proves nothing (a cached pointer is right on one thread).
+    if (t::procs() > 1) CHECK(moved.load() > 0);
+  }
+
   TEST_CASE("ownership stress: 10 tasks, yields, bursts over the cache size") {
     ownership_stress(0, false, stress_iters());
   }
