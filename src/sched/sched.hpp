@@ -170,12 +170,7 @@ struct alignas(64) P {
 // pending request loses the hint until sysmon's next tick sets it again (one more slice
 // at worst); keeping it would send every poll of every P into the library until that
 // tick. Both stores only when set (rare: a slice overran): the lines stay shared.
-// The next pick then looks at the global queue first, as Go puts a preempted goroutine
-// behind the tasks there: that is where sysmon's network poll puts the tasks it readied
-// while this P was busy (and foreign threads theirs). Without it a task whose every read
-// found data (never a switch) kept its P through 61 slices, 0.6 s, before they ran.
 inline void clear_preempt(P* p) noexcept {
-  p->global_countdown = 1;
   p->preempt.store(false, std::memory_order_relaxed);
   if (corun::detail::preempt_hint.any.load(std::memory_order_relaxed))
     corun::detail::preempt_hint.any.store(false, std::memory_order_relaxed);
