@@ -14,8 +14,17 @@
 // has seen a hang-up on the socket, reads go to the kernel first again
 // (PollDesc::wait_after_drain). Only a short read with data counts: after EOF (0) or an
 // error the next read goes to the kernel too.
+// Every read, write and accept ends at a preemption point (end_slice_if_asked), also when
+// it did not block: a task whose reads always find data (a fast peer) or whose writes
+// always find room would otherwise keep its P for as long as the peer keeps up, and at
+// 1 P nothing else would run: the tests' ReadWriteProlongedTimeout took 3.7 s at 1 P
+// against 0.02 s at 2 Ps, its server writing 1.3 million 1-byte sends before its client
+// got a turn. Go preempts such a goroutine asynchronously; corun cannot, so I/O calls are
+// where it looks (as a channel poll that finds nothing does).
 // Rejected: reading into a per-conn buffer (users bring their own; no copy, no memory per
-// idle connection); a write timeout per call (Go's deadlines are per conn, absolute).
+// idle connection); a write timeout per call (Go's deadlines are per conn, absolute); the
+// check inside the call, with its lock held (a task that yields there would hold the
+// conn's direction lock through its wait in the run queue).
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -30,6 +39,7 @@
 #include "net/addr.hpp"
 #include "net/socket.hpp"
 #include "os/thread.hpp"
+#include "sched/park.hpp"
 #include "sched/proc.hpp"
 
 namespace corun::net {
@@ -46,10 +56,33 @@ std::int64_t to_ns(Clock::time_point t) noexcept {
   return ns > 0 ? ns : 1;  // before the clock's epoch: long past, expires at once
 }
 
+// The read or write body, with the call counted and the direction's lock held.
+std::size_t read_locked(Socket* s, std::span<std::byte> buf);
+std::size_t write_locked(Socket* s, std::span<const std::byte> buf);
+
 }  // namespace
 
+void detail::end_slice_if_asked() noexcept {
+  // One relaxed load when no slice has ended (sched/proc.hpp).
+  if (sched::preempt_requested()) sched::yield_if_preempted();
+}
+
 std::size_t Conn::read(std::span<std::byte> buf) {
-  Call c(s_.get(), "read");
+  const std::size_t n = read_locked(s_.get(), buf);
+  detail::end_slice_if_asked();
+  return n;
+}
+
+std::size_t Conn::write(std::span<const std::byte> buf) {
+  const std::size_t n = write_locked(s_.get(), buf);
+  detail::end_slice_if_asked();
+  return n;
+}
+
+namespace {
+
+std::size_t read_locked(Socket* s_, std::span<std::byte> buf) {
+  Call c(s_, "read");
   std::lock_guard<corun::Mutex> g(s_->rmu);
   if (buf.empty()) return 0;
   // Drained by the last read: wait for the next edge before the syscall (an edge already
@@ -70,8 +103,8 @@ std::size_t Conn::read(std::span<std::byte> buf) {
   }
 }
 
-std::size_t Conn::write(std::span<const std::byte> buf) {
-  Call c(s_.get(), "write");
+std::size_t write_locked(Socket* s_, std::span<const std::byte> buf) {
+  Call c(s_, "write");
   std::lock_guard<corun::Mutex> g(s_->wmu);
   detail::throw_poll(s_->pd->prepare(true), "write");
   std::size_t done = 0;
@@ -88,6 +121,8 @@ std::size_t Conn::write(std::span<const std::byte> buf) {
   }
   return done;
 }
+
+}  // namespace
 
 void Conn::set_deadline(Clock::time_point t) {
   Call c(s_.get(), "set_deadline");

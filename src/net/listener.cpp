@@ -6,6 +6,8 @@
 // will not come again: the task waits on its own read deadline instead (5 ms doubling to
 // 1 s, Go's http.Server backoff), parked, and a close still wakes it at once. The
 // listener has no user-visible deadline, so that timer is free for this.
+// An accept that took a connection ends at a preemption point, after its lock is released
+// (detail::end_slice_if_asked; conn.cpp says why).
 // Rejected: sleeping in the backoff (a close would wait out the sleep); retrying at once
 // (spins a core for as long as the process is out of descriptors).
 #include <netinet/in.h>
@@ -81,8 +83,19 @@ Listener listen(std::string_view host_port, const ListenOptions& o) {
   std::rethrow_exception(last);
 }
 
+namespace {
+Socket* accept_locked(Socket* s_);  // the accepted connection's new socket record
+}  // namespace
+
 Conn Listener::accept() {
-  Call c(s_.get(), "accept");
+  Conn c(accept_locked(s_.get()));
+  detail::end_slice_if_asked();
+  return c;
+}
+
+namespace {
+Socket* accept_locked(Socket* s_) {
+  Call c(s_, "accept");
   std::lock_guard<corun::Mutex> g(s_->rmu);
   detail::throw_poll(s_->pd->prepare(false), "accept");
   std::int64_t backoff = 0;
@@ -91,7 +104,7 @@ Conn Listener::accept() {
     if (fd >= 0) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      return Conn(detail::adopt(fd));
+      return detail::adopt(fd);
     }
     int err = errno;
     if (err == EINTR || err == ECONNABORTED) continue;
@@ -110,6 +123,8 @@ Conn Listener::accept() {
     detail::throw_errno(err, "accept");
   }
 }
+
+}  // namespace
 
 void Listener::close() noexcept {
   if (s_) s_->close();

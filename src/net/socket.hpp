@@ -77,4 +77,8 @@ void throw_poll(sched::PollResult r, const char* op);
 Socket* adopt(int fd);
 std::string sock_name(int fd, bool peer);
 
+// Where every read, write and accept ends, after its locks are released: yields if the
+// caller's P was asked to end its time slice (conn.cpp's header says why).
+void end_slice_if_asked() noexcept;
+
 }  // namespace corun::net::detail

@@ -541,7 +541,7 @@ Task* find_runnable(M* m) {
     run_own_timers(rt, p);  // what they ready lands in runnext
     // Every 61st schedule, the global queue first (Go's fairness rule; a countdown, not a
     // division, on this path).
-    if (--p->global_countdown == 0) {
+    if (p->global_countdown <= 1) {  // never 0 by design; <= keeps a slip from wrapping
       p->global_countdown = 61;
       // Likewise every P's overdue timers, so a P stuck in one long task does not hold
       // its timers back until sysmon looks (10 ms) while this one keeps scheduling.
@@ -550,6 +550,8 @@ Task* find_runnable(M* m) {
         new_slice(p);
         return t;
       }
+    } else {
+      p->global_countdown--;
     }
     if ((t = runq_get(p))) return t;
     if ((t = globrunqget(rt, p, 0))) {

@@ -108,8 +108,13 @@ struct alignas(64) P {
 
   // Owner-only (the M holding the P).
   M* m = nullptr;
-  std::uint32_t global_countdown = 61;  // at 0, take from the global queue first
-  Task* free_tasks = nullptr;           // dead tasks with their stacks, LIFO (warm caches)
+  // The global queue's turn: at 1 the next pick takes from it first, and 61 follow.
+  // Never 0: clear_preempt may set it to 1 in the middle of a pick (runq_get starting a
+  // new slice), so direct_next decrements only above 1 and schedule() takes a turn at 1
+  // or less (a 0 decremented skipped the global queue for 2^32 picks: a two-task yield
+  // loop at 1 P starved a foreign thread's wake-up, caught by rt.timer's stop race).
+  std::uint32_t global_countdown = 61;
+  Task* free_tasks = nullptr;  // dead tasks with their stacks, LIFO (warm caches)
   std::uint32_t nfree = 0;
   std::uint64_t next_id = 0, end_id = 0;  // task-id cache, refilled in batches
   std::uint64_t rng = 0;                  // for victim tie-breaking
@@ -170,7 +175,12 @@ struct alignas(64) P {
 // pending request loses the hint until sysmon's next tick sets it again (one more slice
 // at worst); keeping it would send every poll of every P into the library until that
 // tick. Both stores only when set (rare: a slice overran): the lines stay shared.
+// The next pick then looks at the global queue first, as Go puts a preempted goroutine
+// behind the tasks there: that is where sysmon's network poll puts the tasks it readied
+// while this P was busy (and foreign threads theirs). Without it a task whose every read
+// found data (never a switch) kept its P through 61 slices, 0.6 s, before they ran.
 inline void clear_preempt(P* p) noexcept {
+  p->global_countdown = 1;  // may be mid-pick: see global_countdown
   p->preempt.store(false, std::memory_order_relaxed);
   if (corun::detail::preempt_hint.any.load(std::memory_order_relaxed))
     corun::detail::preempt_hint.any.store(false, std::memory_order_relaxed);

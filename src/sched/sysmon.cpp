@@ -2,8 +2,9 @@
 //
 // Jobs: retake Ps whose M has been inside one blocking() call for a whole sysmon tick
 // (so a P never idles behind a thread stuck in read(2)); ask a P whose time slice has
-// run 10 ms to end it (P::preempt, acted on at the next runnext pick or would-block
-// channel operation: corun cannot interrupt C++ code, Go preempts asynchronously); print
+// run 10 ms to end it (P::preempt, acted on at the next runnext pick, would-block
+// channel operation or network call: corun cannot interrupt C++ code, Go preempts
+// asynchronously; the P then looks at the global queue first, clear_preempt); print
 // CORUN_DEBUG=schedtrace lines. It sleeps on a futex note with an absolute deadline:
 // 20 µs ticks while some P is in blocking(), doubling up to 10 ms after 50 quiet ticks
 // (Go's schedule); 10 ms while Ps only run tasks, and for the first second every P is

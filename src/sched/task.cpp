@@ -251,7 +251,7 @@ Task* direct_next(M* m, bool yielding) noexcept {
         return nullptr;
       }
     }
-    p->global_countdown--;
+    if (p->global_countdown > 1) p->global_countdown--;  // runq_get may have set it to 1
     bump(p->stats.runs);
   }
   return t;

@@ -219,6 +219,68 @@ TEST_SUITE("rt.net") {
     });
   }
 
+  TEST_CASE("1 P: a task whose reads never block still lets an I/O-woken task run") {
+    // A reads a conn with 64 KiB already buffered, 1 byte per call, spinning 3 µs on the
+    // clock after each (>= 190 ms in all), until B says it ran. B waits in a read on a
+    // second conn, made readable by A's first write: only the poller can wake it, and at
+    // 1 P the poller runs only when A lets the P go. Each read ends at a preemption point
+    // (conn.cpp), and the slice that ended looks at the global queue, where sysmon's poll
+    // put B, first (sched.hpp clear_preempt). Before either, A read to EOF and B ran only
+    // then (its read woke after A's last byte). No time is asserted: only that B ran
+    // while A still had data to read.
+    nrun(
+        "I/O loop yields",
+        [](Failures& f) {
+          Pair p = make_pair();
+          Pair q = make_pair();
+          constexpr std::size_t kBytes = 64 << 10;
+          corun::WaitGroup wg;
+          Join join(wg, [&] {
+            p.c.close();
+            p.s.close();
+            q.c.close();
+            q.s.close();
+          });
+          std::atomic<bool> b_ran{false};
+          go_safe(f, wg, "writer", [&] {
+            p.s.set_write_deadline(Clock::now() + kHang);
+            std::vector<std::byte> data(kBytes, std::byte{7});
+            p.s.write(data);
+            p.s.close_write();
+          });
+          go_safe(f, wg, "B", [&] {
+            q.c.set_read_deadline(Clock::now() + kHang * 3);
+            std::byte b[1];
+            Outcome o = attempt([&] { return q.c.read(b); });
+            f.expect(o.is_ok() && o.n == 1, "B's read: " + o.str());
+            b_ran.store(true, std::memory_order_relaxed);
+          });
+          std::size_t got = 0;
+          bool woke_b = false;
+          p.c.set_read_deadline(Clock::now() + kHang * 3);
+          std::byte b[1];
+          while (!b_ran.load(std::memory_order_relaxed)) {
+            Outcome o = attempt([&] { return p.c.read(b); });
+            if (!o.is_ok() || o.n == 0) break;
+            got++;
+            if (!woke_b) {
+              woke_b = true;
+              q.s.write("x");
+            }
+            const auto until = Clock::now() + 3us;
+            while (Clock::now() < until) {
+            }
+          }
+          f.expect(b_ran.load(std::memory_order_relaxed),
+                   "B did not run before A read all " + std::to_string(got) + " bytes to EOF");
+          MESSAGE("A read " << got << " of " << kBytes << " bytes; B ran: "
+                            << (b_ran.load(std::memory_order_relaxed) ? "yes" : "no"));
+          p.c.close();
+          q.c.close();
+        },
+        true, 1);
+  }
+
   TEST_CASE("close_write: the peer reads EOF and can still write back") {
     nrun("close_write", [](Failures& f) {
       Pair p = make_pair();

@@ -33,6 +33,25 @@ bool wait_until(Pred pred, std::chrono::seconds limit = std::chrono::seconds(20)
   return true;
 }
 
+// Two tasks that only yield (at 1 P they switch straight to each other) until `stop`;
+// after 20 s they set `gave_up` and end, so starving the rest fails a test, not hangs it.
+void start_yielders(std::atomic<bool>& stop, std::atomic<bool>& gave_up, corun::WaitGroup& wg) {
+  wg.add(2);
+  for (int i = 0; i < 2; i++) {
+    corun::go([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (long n = 0; !stop.load(std::memory_order_relaxed); n++) {
+        if ((n & 1023) == 0 && std::chrono::steady_clock::now() - t0 > 20s) {
+          gave_up = true;
+          break;
+        }
+        corun::yield();
+      }
+      wg.done();
+    });
+  }
+}
+
 using corun::test::EnvGuard;
 }  // namespace
 
@@ -179,20 +198,7 @@ TEST_SUITE("rt.sched") {
         [&] {
           std::atomic<bool> stop{false}, gave_up{false};
           corun::WaitGroup wg;
-          wg.add(2);
-          for (int i = 0; i < 2; i++) {
-            corun::go([&] {
-              const auto t0 = std::chrono::steady_clock::now();
-              for (long n = 0; !stop.load(std::memory_order_relaxed); n++) {
-                if ((n & 1023) == 0 && std::chrono::steady_clock::now() - t0 > 20s) {
-                  gave_up = true;
-                  break;
-                }
-                corun::yield();
-              }
-              wg.done();
-            });
-          }
+          start_yielders(stop, gave_up, wg);
           corun::Chan<int> from_thread;
           std::thread th([from_thread]() mutable {
             std::this_thread::sleep_for(10ms);
@@ -209,6 +215,38 @@ TEST_SUITE("rt.sched") {
         1);
     CHECK(received);
     CHECK(woke);
+    CHECK_FALSE(starved);
+  }
+
+  TEST_CASE("a slice that ends as a task leaves runnext still lets the global queue in") {
+    // At 1 P: two yielders queued (one in runnext), the main task overruns its slice so
+    // sysmon asks the P to end it, then parks; the pick that follows starts a new slice
+    // mid-pick (the global queue's turn comes next). A foreign thread then readies the
+    // main task through the global queue, and the yielders must let it in. Once the
+    // countdown wrapped there (2^32 picks): the yielders give up after 20 s instead.
+    bool received = false, starved = false;
+    t::run(
+        [&] {
+          std::atomic<bool> stop{false}, gave_up{false};
+          corun::WaitGroup wg;
+          start_yielders(stop, gave_up, wg);
+          // Hold the P past sysmon's 10 ms slice without a switch.
+          const auto t0 = std::chrono::steady_clock::now();
+          while (std::chrono::steady_clock::now() - t0 < 40ms) {
+          }
+          corun::Chan<int> from_thread;
+          std::thread th([from_thread]() mutable {
+            std::this_thread::sleep_for(10ms);
+            from_thread.send(7);  // readies main through the global queue
+          });
+          received = from_thread.recv() == 7;
+          stop = true;
+          corun::blocking([&] { th.join(); });
+          wg.wait();
+          starved = gave_up.load();
+        },
+        1);
+    CHECK(received);
     CHECK_FALSE(starved);
   }
 
