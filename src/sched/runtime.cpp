@@ -134,6 +134,7 @@ void destroy_runtime(Runtime* rt) noexcept CORUN_NO_TSA {
     p->~P();
     os::node_free(p, sizeof(P));
   }
+  task_abandon_all(rt);  // their stacks go with the slabs below
   for (M* m : rt->allm) delete m;
   delete rt;                  // unmaps every stack slab, abandoned tasks' too
   os::release_free_memory();  // the allocator would keep the freed pages resident

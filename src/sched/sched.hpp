@@ -350,7 +350,10 @@ Task* runq_get(P* p) noexcept;
 void park(void (*commit)(void*), void* arg) noexcept;  // from a task
 Task* task_from_closure(void* closure) noexcept;
 void task_cache_drain(P* p) noexcept;  // at shutdown
-Task* current_task() noexcept;         // nullptr outside a task
+// At a run's end, after every cache is drained: ends what the records of the tasks it
+// abandons hold outside their stacks (TSan fibers; nothing in other builds).
+void task_abandon_all(Runtime* rt) noexcept;
+Task* current_task() noexcept;  // nullptr outside a task
 
 std::unique_ptr<RunnextBackoff> make_backoff(const Backoff& b);  // backoff.cpp
 

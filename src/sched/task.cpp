@@ -13,11 +13,15 @@
 // next spawn reuses warm cache lines); past kMaxFree, half go back to the allocator; an
 // empty list refills with up to kStackBatch warm stacks. Both move many stacks per lock
 // of the allocator, which every P of a NUMA node shares.
+// TSan builds also keep every live record in a set (g_live), so a run's end can destroy
+// the fibers of the tasks it abandons (task_abandon_all); other builds keep nothing.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "base/check.hpp"
 #include "os/thread.hpp"
@@ -38,6 +42,17 @@ constexpr std::uint64_t kIdBatch = 1024;
 
 [[noreturn]] void task_entry(void* arg) noexcept;
 
+#if CORUN_TSAN
+// Every live task record, TSan builds only: a run's end destroys the fibers of the tasks
+// it abandons (task_abandon_all), which nothing else ends. Without it each abandoned task
+// kept a TSan thread context for the life of the process, and a test of short runs that
+// abandon timer-fired tasks died under load with "Thread limit (8128 threads) exceeded".
+// A std::mutex, not base::Lock: TSan builds only, taken by any M and by the last M of a
+// run, outside the lock ranks.
+std::mutex g_live_mu;
+std::unordered_set<Task*> g_live;  // guarded by g_live_mu
+#endif
+
 Task* init_record(os::StackAllocator* alloc, const os::Stack& s) {
   auto top = reinterpret_cast<std::uintptr_t>(s.hi);
   std::uintptr_t rec = (top - sizeof(Task)) & ~static_cast<std::uintptr_t>(63);
@@ -45,6 +60,10 @@ Task* init_record(os::StackAllocator* alloc, const os::Stack& s) {
   t->stack = s;
   t->origin = alloc;
   arch::san_init_task(t->san, s.lo, static_cast<std::size_t>(s.hi - s.lo));
+#if CORUN_TSAN
+  std::lock_guard<std::mutex> g(g_live_mu);
+  g_live.insert(t);
+#endif
   return t;
 }
 
@@ -52,6 +71,12 @@ Task* init_record(os::StackAllocator* alloc, const os::Stack& s) {
 // Ends record t; returns its stack, for its allocator (t->origin, read first).
 os::Stack end_record(Task* t) noexcept {
   os::Stack s = t->stack;
+#if CORUN_TSAN
+  {
+    std::lock_guard<std::mutex> g(g_live_mu);
+    g_live.erase(t);
+  }
+#endif
   arch::san_destroy_task(t->san);
   t->~Task();
   return s;
@@ -177,6 +202,23 @@ void task_cache_drain(P* p) noexcept {
   release_records(p->free_tasks);
   p->free_tasks = nullptr;
   p->nfree = 0;
+}
+
+void task_abandon_all([[maybe_unused]] Runtime* rt) noexcept {
+#if CORUN_TSAN
+  std::lock_guard<std::mutex> g(g_live_mu);
+  for (auto it = g_live.begin(); it != g_live.end();) {
+    Task* t = *it;
+    bool ours = false;
+    for (const auto& a : rt->stacks) ours |= t->origin == a.get();
+    if (!ours) {
+      ++it;
+      continue;
+    }
+    arch::san_destroy_task(t->san);  // no thread runs on it: every M of rt has left
+    it = g_live.erase(it);
+  }
+#endif
 }
 
 namespace {
