@@ -113,7 +113,7 @@ void unlink_locked(ContextNode* p, ContextNode* c) noexcept CORUN_REQUIRES(p->lo
 }
 
 void unref(ContextNode* n) noexcept {
-  if (n->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) context_destroy(n);
+  if (n->release()) context_destroy(n);
 }
 
 const Chan<std::monostate>& closed_chan() {
@@ -200,11 +200,13 @@ void deadline_fired(ContextNode* n) noexcept {
 }
 
 // A new node under parent p (nullptr: background). Links it to p unless p is canceled
-// (born with p's error) or `expired` (born with deadline_exceeded). The node has one
-// reference, for the Context the caller makes of it.
+// (born with p's error) or `expired` (born with deadline_exceeded). The node has two
+// references, for the Context and the CancelFunc that finish() makes of it: counted here,
+// before n is shared, rather than by a locked increment there.
 ContextNode* make_node(ContextNode* p, bool has_deadline, Clock::time_point deadline,
                        bool expired) {
   auto* n = new ContextNode();
+  n->refs.store(2, std::memory_order_relaxed);  // not shared yet: linking publishes it
   n->has_deadline = has_deadline;
   n->deadline = deadline;
   std::uint8_t born = expired ? static_cast<std::uint8_t>(ContextError::deadline_exceeded) : 0;
@@ -224,8 +226,8 @@ ContextNode* make_node(ContextNode* p, bool has_deadline, Clock::time_point dead
 }
 
 std::pair<Context, CancelFunc> finish(ContextNode* n) {
-  Context ctx(n);  // takes make_node's reference
-  CancelFunc f = [c = ctx]() noexcept { cancel(node_of(c), ContextError::canceled, true); };
+  Context ctx(n);  // takes one of make_node's two references, and the lambda the other
+  CancelFunc f = [c = Context(n)]() noexcept { cancel(node_of(c), ContextError::canceled, true); };
   return {std::move(ctx), std::move(f)};
 }
 
@@ -269,7 +271,7 @@ void context_destroy(ContextHeader* h) noexcept CORUN_NO_TSA {
     }
     CORUN_DCHECK(n->first == nullptr, "context node freed with children");
     delete n;  // releases the done channel and the (stopped or fired) timer's handle
-    n = p && p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1 ? p : nullptr;
+    n = p && p->release() ? p : nullptr;
   }
 }
 
