@@ -44,6 +44,16 @@
 //   on futexes, so ChanProdCons-2, ChanRequestResponse-2 and Select*-2, whenever the other
 //   P has gone idle, pay this per wake. Two threads at every -cpu, as line=pingpong.
 //
+// - Floor/throw=timeout_error: one thread, op = a corun::net::timeout_error made as a
+//   timed-out Conn::read makes it (the message built from "read"), thrown from two
+//   frames down (noinline, one with a destructor to run) and caught by reference. The
+//   API reports a timeout by exception (API.md), Go by an error value, so this is in
+//   TimerLateness/ReadDeadline's lateness (taken after the catch) and not in Go's.
+// - Floor/alloc=function: one thread, op = a std::function<void()> made from a lambda
+//   that captures a Context-like counted handle (8 bytes, not trivially copyable), then
+//   destroyed. libstdc++ keeps a functor in place only if it is trivially copyable, so
+//   this is one heap allocation and free (jemalloc) and two indirect calls: what the
+//   API's CancelFunc costs each with_cancel beside the node itself.
 // - Floor/work=prodcons, Floor/work=div200: the local work SelectProdCons and
 //   CommonParentCancel put in each op (the same loops), on b.procs() threads splitting
 //   b.n: the part of those rows no runtime can remove, at P Ps.
@@ -68,6 +78,7 @@
 // futex=wake, as corun and Go do: that measures the spin, not the wake of a sleeper.
 // pipe/eventfd or a condition variable for the wake: more kernel work than a futex, and
 // neither runtime wakes its threads that way.
+#include <corun/net.hpp>
 #include <corun/runtime.hpp>
 
 #include <pthread.h>
@@ -80,6 +91,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -385,6 +397,59 @@ void work_floor(B& b, Work w) {
   if (sink[0] == 42) std::printf("%c", ' ');  // used: the loops stay
 }
 
+// Two frames down, as Conn::read reaches throw_poll; `guard` has a destructor to run.
+struct Guard {
+  std::int64_t* n;
+  ~Guard() { ++*n; }
+};
+[[gnu::noinline]] void throw_timeout(const char* op) {
+  throw corun::net::timeout_error(std::string("corun::net: ") + op +
+                                  ": i/o timeout (deadline passed)");
+}
+[[gnu::noinline]] void call_throwing(std::int64_t* unwound) {
+  Guard g{unwound};
+  throw_timeout("read");
+}
+
+void throw_floor(B& b) {
+  const std::int64_t n = b.n;
+  std::int64_t caught = 0, unwound = 0;
+  run_pinned(b, 1, [&caught, &unwound, n](int) {
+    for (std::int64_t op = 0; op < n; ++op) {
+      try {
+        call_throwing(&unwound);
+      } catch (const corun::net::timeout_error&) {
+        ++caught;
+      }
+    }
+  });
+  if (caught != n || unwound != n)
+    throw std::logic_error("Floor/throw: " + std::to_string(caught) + " caught, " +
+                           std::to_string(unwound) + " unwound, expected " + std::to_string(n));
+}
+
+// A stand-in for Context: one pointer with a counted copy (not trivially copyable).
+struct Counted {
+  std::int64_t* refs;
+  explicit Counted(std::int64_t* r) : refs(r) { ++*refs; }
+  Counted(const Counted& o) : refs(o.refs) { ++*refs; }
+  ~Counted() { --*refs; }
+};
+
+void function_floor(B& b) {
+  const std::int64_t n = b.n;
+  std::int64_t refs = 0, calls = 0;
+  run_pinned(b, 1, [&refs, &calls, n](int) {
+    for (std::int64_t op = 0; op < n; ++op) {
+      std::function<void()> f = [c = Counted(&refs), &calls] { calls += *c.refs; };
+      asm volatile("" : : "g"(&f) : "memory");  // f escapes: it is made and destroyed
+    }
+  });
+  if (refs != 0)
+    throw std::logic_error("Floor/alloc=function: " + std::to_string(refs) + " refs left");
+  if (calls == 42) std::printf("%c", ' ');
+}
+
 [[maybe_unused]] const bool registered = [] {
   using corun::bench::register_benchmark;
   register_benchmark("Floor/atomic=cas+xadd", [](B& b) { atomic_floor(b, AtomicOp::cas_xadd); });
@@ -395,6 +460,8 @@ void work_floor(B& b, Work w) {
   register_benchmark("Floor/futex=wake", futex_wake_floor);
   register_benchmark("Floor/work=prodcons", [](B& b) { work_floor(b, Work::prodcons); });
   register_benchmark("Floor/work=div200", [](B& b) { work_floor(b, Work::div200); });
+  register_benchmark("Floor/throw=timeout_error", throw_floor);
+  register_benchmark("Floor/alloc=function", function_floor);
   return true;
 }();
 
