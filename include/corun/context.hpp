@@ -61,8 +61,8 @@ struct ContextHeader {
   // Drops one reference; true if it was the last (the caller destroys the node). A sole
   // owner (refs 1) skips the locked decrement: nobody else holds a reference with which
   // to take another, and the acquire load sees every earlier owner's writes, as the
-  // acq_rel decrement would (each owner's drop was a release). A context made and
-  // dropped by one request saves one of its three locked instructions this way.
+  // acq_rel decrement would (each owner's drop was a release). The last drop of a
+  // context (its handle's or its CancelFunc's, whichever goes second) is then a load.
   bool release() noexcept {
     return refs.load(std::memory_order_acquire) == 1 ||
            refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
