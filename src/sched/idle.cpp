@@ -135,14 +135,13 @@ void idle_wait(M* m) {
     // Publish "asleep with no deadline" first, then scan: an arm after our scan sees
     // kNever and wakes us (the seq_cst pair of idle.hpp).
     rt->idle.until.store(TimerHeap::kNever, std::memory_order_seq_cst);
-    // The earliest deadline of every heap; if that has passed already, it is a running
-    // P's that its P runs at its next schedule (run_due_timers): then the first moment one
-    // is ours (timers_idle_next, a running P's kOwnerLagNs late), spun for, not slept
-    // for (idle_block), so a P that idles meanwhile wakes us without the kernel's latency.
-    // A deadline whose own P spins for it is that P's: only a late fallback here
-    // (timers_waiter_next), slept for, not spun for.
+    // The earliest deadline of an idle P's heap, woken early for and spun for; a running
+    // P runs its own (at its schedules, spinning for them when it idles), so its heap is
+    // ours only as a backstop, lag after its deadline, slept for (timers_waiter_next). A P
+    // that idles meanwhile wakes us (find_runnable) and we plan again.
     bool precise = true;
-    std::int64_t until = timers_waiter_next(rt, &precise);
+    const std::int64_t lag = rt->idle.lag_ns.load(std::memory_order_relaxed);
+    std::int64_t until = timers_waiter_next(rt, lag, &precise);
     CORUN_PROBE1(timer_watch, until == TimerHeap::kNever ? -1 : until);
     if (until != TimerHeap::kNever) {
       std::int64_t expect = TimerHeap::kNever;
@@ -168,6 +167,10 @@ void idle_wait(M* m) {
       m->park.clear();  // under the lock: startm cannot be handing us a P meanwhile
       now = static_cast<std::int64_t>(os::monotonic_ns());
       due = timers_idle_next(rt) <= now;
+      // A backstop wake-up (a running P's deadline + lag) that slept its full time: was it
+      // needed (IdleWait::next_lag)? One woken early, or by I/O, tells nothing.
+      if (!precise && until != TimerHeap::kNever && now >= until && !polled)
+        rt->idle.lag_ns.store(IdleWait::next_lag(lag, due), std::memory_order_relaxed);
       if (!due && !polled) continue;  // woken by an arm, or early: scan again
       // Our own P again if it is idle: this thread is pinned to its CPU.
       if (P* p = pidleget(rt, m->lastp)) {
@@ -237,50 +240,62 @@ void idle_wake(Runtime* rt, std::int64_t when, bool start_idle) noexcept {
   }
 }
 
-bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
-  const std::int64_t window = std::max(idle_early_ns(rt), kShortWaitNs);
-  // Our own heap's timer: ours to spin for, beside any spinner (each P for its own), and
-  // no one else's (own_spin: the other idle Ms and the waiter leave it to us).
-  const std::int64_t own = p->timers == &p->own_timers ? p->timers->next() : TimerHeap::kNever;
-  if (own - now <= window) {
-    // Relaxed: a late look only makes another M spin too (see P::own_spin).
-    p->own_spin.store(own, std::memory_order_relaxed);
-    std::int64_t t = now;
-    while ((t = static_cast<std::int64_t>(os::monotonic_ns())) < own) {
-      arch::cpu_relax();
-      if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
-          rt->stopping.load(std::memory_order_relaxed))
-        break;
-    }
-    if (t < own) {
-      // Left before the deadline (work came): a waiter that planned only a late fallback
-      // for it plans again. seq_cst: the store-buffering pair of P::own_spin.
-      p->own_spin.store(TimerHeap::kNever, std::memory_order_seq_cst);
-      idle_wake(rt, own, false);
-    } else {
-      // Due: we run it next ourselves (find_runnable), without an xchg first.
-      p->own_spin.store(TimerHeap::kNever, std::memory_order_relaxed);
-    }
-    return true;
+void idle_wake_heap(const Timers* h, std::int64_t when) noexcept {
+  Runtime* rt = h->rt;
+  // seq_cst: after the heap's seq_cst earliest store, as timers_waiter_next reads the
+  // status after its store of `until`; a P idling after this load wakes the waiter itself.
+  if (h->proc && h->proc->status.load(std::memory_order_seq_cst) == PStatus::running) {
+    const std::int64_t lag = rt->idle.lag_ns.load(std::memory_order_relaxed);
+    when = when > TimerHeap::kNever - lag ? TimerHeap::kNever : when + lag;
   }
-  // The earliest deadline no P spins for already, without timers_idle_next's lag for
-  // running Ps: the spinner is there to be on time, and takes a running P's timer if that
-  // P idles.
-  const std::int64_t e = timers_unspun_next(rt);
+  idle_wake(rt, when);
+}
+
+namespace {
+
+// Spins (PAUSE, a clock read each) holding p until `e`, re-reading `next()` every kRescan
+// turns (a deadline may have come nearer), or until work shows up in p's queue or the
+// global queue, or the runtime stops.
+template <class Next>
+void spin_for(Runtime* rt, P* p, std::int64_t e, Next next) noexcept {
+  constexpr unsigned kRescan = 8;
+  for (unsigned n = 1; static_cast<std::int64_t>(os::monotonic_ns()) < e; n++) {
+    arch::cpu_relax();  // one PAUSE per clock read: the wait is short
+    if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
+        rt->stopping.load(std::memory_order_relaxed))
+      return;
+    if (n % kRescan == 0) e = std::min(e, next());
+  }
+}
+
+}  // namespace
+
+bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
+  // Nearer than a sleep can honour (a futex wake-up comes 10-45 µs late in a VM even with
+  // 1 ns slack, and costs ~5 µs of syscalls): wait here, holding the P, as Go's spinning
+  // Ms do.
+  const std::int64_t window = std::max(idle_early_ns(rt), kShortWaitNs);
+  // Our own heap's timer: ours to spin for, beside any spinner (each P for its own). While
+  // we hold the P it counts as running, so the others leave that heap to us: no spinner
+  // spins for it, and the waiter plans only its late backstop (timers_waiter_next).
+  if (p->timers == &p->own_timers) {
+    const std::int64_t own = p->timers->next();
+    if (own != TimerHeap::kNever && own - now <= window) {
+      spin_for(rt, p, own, [p] { return p->timers->next(); });
+      return true;
+    }
+  }
+  // The first moment another heap's timer is ours (timers_spin_next: an idle P's at its
+  // deadline, a running P's once kOwnerLagNs overdue), if no other M spins for one.
+  const std::int64_t e = timers_spin_next(rt, p);
   if (e == TimerHeap::kNever || e - now > window) return false;
   auto& spinner = rt->idle.spin.spinner;
   // One spinner: the others idle, and the waiter among them sleeps to the deadline.
   if (spinner.load(std::memory_order_relaxed) || spinner.exchange(true, std::memory_order_acquire))
     return false;
-  // Nearer than a sleep can honour (a futex wake-up comes 10-45 µs late in a VM even with
-  // 1 ns slack, and costs ~5 µs of syscalls): wait here, holding the P, as Go's spinning
-  // Ms do.
-  while (static_cast<std::int64_t>(os::monotonic_ns()) < e) {
-    arch::cpu_relax();  // one PAUSE per clock read: the wait is short
-    if (!p->runq.empty_hint() || !rt->runq.empty_hint() ||
-        rt->stopping.load(std::memory_order_relaxed))
-      break;
-  }
+  // Re-read every heap as we spin: a P that idles meanwhile leaves its timers to us. On 2 x
+  // 64 cores that is 128 lines per rescan, by one M at a time.
+  spin_for(rt, p, e, [rt, p] { return timers_spin_next(rt, p); });
   spinner.store(false, std::memory_order_release);
   return true;
 }

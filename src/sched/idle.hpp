@@ -52,12 +52,9 @@ struct Runtime;
 //             spinning for one timer would burn 127 cores for it); the waiter then sleeps
 //             to the deadline without spinning. A P whose own heap has the near deadline
 //             spins for it without the flag: it is that timer's owner, one P per timer.
-//             It says so in P::own_spin, and the rest leave that deadline to it: no
-//             spinner claims it, and the waiter sleeps past it by kOwnerLagNs without
-//             waking early or spinning, as the fallback for an owner that stops early
-//             (it then wakes the waiter) or runs a long task after (timers_waiter_next).
-//             Before, a single sleeper at 2 Ps had both Ps spinning for its deadline:
-//             TimerLateness/Sleep1=50us/idle-2 used 167% CPU, now 53% (n=10, p=0.000).
+//             While it spins it holds its P, which counts as running, so the rest leave
+//             that heap to it: a spinner takes it only kOwnerLagNs overdue
+//             (timers_spin_next), and the waiter plans only its backstop (lag_ns below).
 //             acquire/release on the claim/release pair, though it guards no data: the
 //             order only keeps the hint fresh.
 // Rejected: a fixed spin (CORUN_TIMER_SPIN_NS, still accepted): 10-45 µs wake-ups in a
@@ -76,11 +73,29 @@ struct TimerSpin {
   }
 };
 
+// The waiter's backstop for running Ps' timers (lag_ns): it sleeps until a running P's
+// earliest deadline + lag_ns, in case that P is stuck in one long task; a running P runs
+// its own timers, so mostly it has when the waiter wakes, and that wake-up was wasted.
+// Each wasted one doubles the lag (up to kMaxLagNs, Go's netpoll granularity), each one
+// that finds a timer overdue sets it back to kOwnerLagNs (sched.hpp). So dense timers on a
+// running P cost the waiter ~1 wake-up per ms, not one per deadline (TimerLateness/
+// Sleep1=1us/idle-2: 196% CPU before, the waiter waking ~80000 times a second), and a P
+// that does get stuck is backstopped within kMaxLagNs, then kOwnerLagNs again.
+// Written only by the waiter (one at a time), read by armers (idle_wake_heap); relaxed:
+// a hint, a stale value only moves one wake-up.
 struct IdleWait {
   static constexpr std::int64_t kNone = INT64_MIN;
+  static constexpr std::int64_t kMinLagNs = 20'000;  // == kOwnerLagNs
+  static constexpr std::int64_t kMaxLagNs = 1'000'000;
   std::atomic<M*> waiter{nullptr};
   std::atomic<std::int64_t> until{kNone};
+  std::atomic<std::int64_t> lag_ns{kMinLagNs};
   TimerSpin spin;
+  // The lag after a fallback wake-up that found a timer overdue (`useful`) or none (pure).
+  static constexpr std::int64_t next_lag(std::int64_t lag, bool useful) noexcept {
+    if (useful) return kMinLagNs;
+    return lag >= kMaxLagNs / 2 ? kMaxLagNs : 2 * lag;
+  }
 };
 
 // Under Runtime::lock: if nobody waits, m becomes the waiter (its note cleared) and the
@@ -103,14 +118,23 @@ bool idle_has_waiter(const Runtime* rt) noexcept;
 // start_idle = false: only the sleeping waiter is woken (the caller, about to idle, would
 // become the waiter itself).
 void idle_wake(Runtime* rt, std::int64_t when, bool start_idle = true) noexcept;
+// idle_wake for heap h's new earliest deadline `when`, as the waiter plans it
+// (timers_waiter_next): + IdleWait::lag_ns if h's P runs (it runs its own timers; an arm
+// on a busy P wakes nobody), else at `when`.
+class Timers;
+void idle_wake_heap(const Timers* h, std::int64_t when) noexcept;
 
 // Before idling P p at `now`: if a timer is due within the spin window (max(10 µs,
-// idle_early_ns)) — closer than a sleep can honour — spins for it (PAUSE, clock-checked),
-// leaving early if work shows up in p's queue or the global queue: for p's own earliest
-// always, for another P's only if no other P spins for one nor its owner for it. True if
-// it spun (the caller looks again). Rejected: one spinner for own timers too — two Ps
-// idling between dense timers of their own then took turns sleeping in the kernel and
-// waking another M for them (AfterFunc=50us/idle-2's p50 was 4x Go's).
+// idle_early_ns)) — closer than a sleep can honour — spins for it (PAUSE, clock-checked,
+// the deadline re-read every few turns), leaving early if work shows up in p's queue or
+// the global queue: for p's own earliest always, for another heap's (timers_spin_next)
+// only if no other M spins for one. True if it spun (the caller looks again). Rejected:
+// one spinner for own timers too — two Ps idling between dense timers of their own then
+// took turns sleeping in the kernel and waking another M for them (AfterFunc=50us/idle-2's
+// p50 was 4x Go's). Tried again on 2026-12-07 with the spinner re-reading every heap, so
+// a P that idled left its timers to it: 115-180% CPU instead of ~196% for
+// AfterFunc=50us/idle-2, but the tasks its timers readied woke the other P, which stole
+// them (40-70k steals/s), and p50 went 0.39 -> 0.5-1.6 µs, p99 up to 150 µs (RESULTS).
 bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept;
 
 // How early a timed idle sleep wakes to spin for its deadline: CORUN_TIMER_SPIN_NS if set,

@@ -216,6 +216,7 @@ Runtime* boot(const Config& cfg, const Settings& s) {
     p->stacks = rt->stacks[node >= 0 ? static_cast<std::size_t>(node) : 0].get();
     p->rng = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(i + 1);
     p->own_timers.rt = rt.get();
+    p->own_timers.proc = p;
     p->timers = s.timers == TimerMode::global ? &rt->global_timers : &p->own_timers;
     if (s.timers != TimerMode::global) rt->timers.add_heap(&p->own_timers);
     rt->ps.push_back(p);

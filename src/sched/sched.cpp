@@ -464,40 +464,33 @@ std::int64_t timers_idle_next(const Runtime* rt) noexcept {
   return w;
 }
 
-namespace {
-// True if vp spins for heap h's earliest deadline e itself (idle_spin_short).
-bool own_spun(const P* vp, const Timers* h, std::int64_t e) noexcept {
-  return h == &vp->own_timers && e != TimerHeap::kNever &&
-         vp->own_spin.load(std::memory_order_seq_cst) <= e;  // see P::own_spin
-}
-}  // namespace
-
-std::int64_t timers_unspun_next(const Runtime* rt) noexcept {
+std::int64_t timers_spin_next(const Runtime* rt, const P* p) noexcept {
   std::int64_t w = TimerHeap::kNever;
   for (const P* vp : rt->ps) {
     const Timers* h = vp->timers;
-    const std::int64_t e = h->next();
-    if (!own_spun(vp, h, e)) w = std::min(w, e);
+    const std::int64_t e = h->next(std::memory_order_seq_cst);
+    w = std::min(w, vp == p ? e : takeable_at(vp, h, e));
     if (h != &vp->own_timers) break;  // global mode: one heap
   }
   return w;
 }
 
-std::int64_t timers_waiter_next(const Runtime* rt, bool* precise) noexcept {
+std::int64_t timers_waiter_next(const Runtime* rt, std::int64_t lag, bool* precise) noexcept {
   std::int64_t w = TimerHeap::kNever, fallback = TimerHeap::kNever;
   for (const P* vp : rt->ps) {
     const Timers* h = vp->timers;
     const std::int64_t e = h->next(std::memory_order_seq_cst);  // as timers_idle_next
-    if (own_spun(vp, h, e))
-      fallback = std::min(fallback, e > TimerHeap::kNever - kOwnerLagNs ? e : e + kOwnerLagNs);
-    else
+    // seq_cst status load, as takeable_at's: a P that idles after we read "running" wakes
+    // us (idle_wake after its fence in find_runnable), and we plan again, precisely.
+    if (e == TimerHeap::kNever) {
+    } else if (h == &vp->own_timers &&
+               vp->status.load(std::memory_order_seq_cst) == PStatus::running) {
+      fallback = std::min(fallback, e > TimerHeap::kNever - lag ? TimerHeap::kNever : e + lag);
+    } else {
       w = std::min(w, e);
+    }
     if (h != &vp->own_timers) break;  // global mode: one heap
   }
-  // Already past: a running P's, which it runs at its next schedule; ours to spin for
-  // from the first moment one is ours (timers_idle_next).
-  if (w != TimerHeap::kNever && w <= static_cast<std::int64_t>(os::monotonic_ns()))
-    w = timers_idle_next(rt);
   *precise = w <= fallback;
   return std::min(w, fallback);
 }
@@ -583,6 +576,16 @@ Task* find_runnable(M* m) {
     if (rt->timers.next() != TimerHeap::kNever) {
       std::int64_t now = static_cast<std::int64_t>(os::monotonic_ns());
       if (run_due_timers(rt, p, now)) continue;
+      // Spinning for a timer is not looking for work: stop counting as a spinning M first,
+      // so a task readied elsewhere meanwhile still wakes an M (wakep), and what our timer
+      // readies runs here without reset_spinning waking another M for it. Go's rule for
+      // the last spinner to stop: look at every queue again after the fence.
+      if (m->spinning) {
+        m->spinning = false;
+        rt->nmspinning.fetch_sub(1, std::memory_order_seq_cst);
+        full_fence();  // as before idling below: pairs with inject_global's
+        if (any_work(rt)) continue;
+      }
       if (idle_spin_short(rt, p, now)) continue;
     }
 
@@ -607,9 +610,9 @@ Task* find_runnable(M* m) {
     // global queue before its producer looked at npidle/nmspinning. It also orders our
     // P's status (idle) before the load of the waiter's deadline below.
     full_fence();
-    // Our timers are anyone's now: a waiter that scanned while we ran (kOwnerLagNs added
-    // to them) and sleeps past them must look again. Pairs with timers_idle_next's seq_cst
-    // status load after the waiter's seq_cst store of its deadline.
+    // Our timers are anyone's now: a waiter that scanned while we ran (its backstop lag
+    // added to them, timers_waiter_next) and sleeps past them must look again. Pairs with
+    // timers_idle_next's seq_cst status load after the waiter's seq_cst store of its deadline.
     if (p->timers == &p->own_timers)
       if (std::int64_t e = p->timers->next(); e != TimerHeap::kNever) idle_wake(rt, e, false);
     bool work = was_spinning ? any_work(rt) : !rt->runq.empty_hint();

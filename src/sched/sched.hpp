@@ -122,16 +122,6 @@ struct alignas(64) P {
   // wake-ups it deferred, plus one.
   std::uint32_t defer_wake = 0;
   std::uint32_t timer_countdown = 1;  // owner-only: direct switches to the next timer look
-  // The deadline this P's M spins for in idle_spin_short (its own heap's earliest), else
-  // TimerHeap::kNever. Written by that M around the spin; read by idle Ms and the idle
-  // waiter, which leave that heap to it: one thread spins per deadline. An owner that
-  // stops early (work came) stores kNever seq_cst, then wakes a waiter sleeping past its
-  // deadline (idle_wake); the waiter stores `until` (IdleWait) then reads this seq_cst: a
-  // store-buffering pair, so one sees the other and the deadline is spun for (relaxed
-  // would make that timer late by kOwnerLagNs and the kernel's lateness). The other
-  // stores are relaxed: setting it late costs a redundant spin, and clearing it at the
-  // deadline precedes the owner running the timer itself.
-  std::atomic<std::int64_t> own_spin{TimerHeap::kNever};
 
   // Incremented by the owner at each blocking() entry; read by sysmon to tell a long
   // blocking call from a new one (relaxed: a stale read only delays a retake one tick).
@@ -369,19 +359,23 @@ bool run_own_timers(Runtime* rt, P* p) noexcept;
 // backstop is 10 ms); an idle or blocked P's are anyone's when due. In
 // CORUN_TIMERS=global the one heap is anyone's.
 inline constexpr std::int64_t kOwnerLagNs = 20'000;
+static_assert(IdleWait::kMinLagNs == kOwnerLagNs, "the waiter's backstop starts at the owner lag");
 // The earliest moment some heap's timers are the idle wait's to run: min over heaps of
 // the earliest deadline, + kOwnerLagNs if its P runs. TimerHeap::kNever if no timers.
 // seq_cst loads: the idle wait's half of the store-buffering pairs (idle.hpp).
 std::int64_t timers_idle_next(const Runtime* rt) noexcept;
-// The earliest deadline of the heaps whose P does not spin for it (P::own_spin): what an
-// idle M may spin for. TimerHeap::kNever if none.
-std::int64_t timers_unspun_next(const Runtime* rt) noexcept;
-// The idle wait's plan: the earliest deadline it must be precise for (woken early and
-// spun for: *precise = true) — of heaps no P spins for, or timers_idle_next once that has
-// passed — or, if earlier, a heap whose P spins for it, kOwnerLagNs late, as a plain
-// sleep (*precise = false): the fallback for a P that stops spinning and then runs one
-// long task. TimerHeap::kNever if no timers.
-std::int64_t timers_waiter_next(const Runtime* rt, bool* precise) noexcept;
+// The earliest moment the M about to idle P p could run some heap's timer: p's own heap's
+// earliest deadline, and timers_idle_next's for the others (a running P's, its own
+// spinning included, kOwnerLagNs late). What the one spinner spins for
+// (idle_spin_short). TimerHeap::kNever if no timers.
+std::int64_t timers_spin_next(const Runtime* rt, const P* p) noexcept;
+// The idle wait's plan, given its backstop lag (IdleWait::lag_ns): the earliest deadline of
+// the heaps of idle Ps (and the one global heap), which it must be precise for (woken
+// early and spun for: *precise = true); or, if earlier, a running P's earliest + lag, as a
+// plain sleep (*precise = false): a running P runs its own timers (at every trip through
+// its scheduler, and it spins for them when it idles), so this is only the backstop for a
+// P stuck in one long task. TimerHeap::kNever if no timers.
+std::int64_t timers_waiter_next(const Runtime* rt, std::int64_t lag, bool* precise) noexcept;
 // Runs what is due at `now` (0: read the clock, only if a heap has timers) in p's own heap
 // (p may be nullptr) and in the heaps timers_idle_next deems another thread's. True if it
 // ran any.

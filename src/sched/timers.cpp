@@ -88,7 +88,7 @@ void Timers::add(TimerNode* t, std::int64_t when) {
     base::Guard g(lock_);  // dropped if push_locked throws
     earlier = push_locked(t, when);
   }
-  if (earlier) idle_wake(rt, when);
+  if (earlier) idle_wake_heap(this, when);
 }
 
 bool Timers::remove(TimerNode* t) noexcept {
@@ -121,7 +121,7 @@ bool Timers::modify(TimerNode* t, std::int64_t when, std::int64_t period) noexce
   b->heap_.update_lazy(t, when, std::memory_order_release);  // pushed back: O(1)
   bool earlier = b->publish();
   b->lock_.unlock();
-  if (earlier) idle_wake(b->rt, when);
+  if (earlier) idle_wake_heap(b, when);
   return true;
 }
 
@@ -242,7 +242,7 @@ void Timers::sleep_commit(void* arg) noexcept CORUN_NO_TSA {
   // taking this frame with it.
   SleepCommit c = *static_cast<SleepCommit*>(arg);
   c.b->lock_.unlock();
-  if (c.earlier) idle_wake(c.b->rt, c.when);
+  if (c.earlier) idle_wake_heap(c.b, c.when);
 }
 
 // The lock is taken here and dropped by sleep_commit after the switch: beyond the

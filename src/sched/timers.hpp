@@ -16,7 +16,8 @@
 //      stuck in one long task (Go's TestAfterFuncStarvation); before that they are its
 //      own, since taking them fights it for locks and moves its tasks (sched.hpp);
 //   3. the idle wait (idle.cpp): the one idle M that sleeps until the earliest deadline
-//      (spinning, not sleeping, through a running P's kOwnerLagNs);
+//      of an idle P's heap, or a running P's + a backstop lag (20 µs to 1 ms, backing
+//      off while its wake-ups find the P has run them itself: IdleWait::lag_ns);
 //   4. sysmon, while Ps run and nobody waits idle, every 10 ms at worst.
 // Firing never needs a P: ready(), go() and a non-blocking channel send all work from a
 // thread without one. A node is fired outside every lock, through its own fire() (Go's
@@ -62,6 +63,7 @@
 namespace corun::sched {
 
 struct Runtime;
+struct P;
 class Timers;
 
 // A timer as the scheduler sees it. The timer layer derives its records from it and says
@@ -219,6 +221,9 @@ class alignas(64) Timers {
   }
 
   Runtime* rt = nullptr;  // the runtime whose idle M add() wakes; immutable after boot
+  // The P whose own heap this is (nullptr: the one global heap); immutable after boot.
+  // An arm on a running P's heap wakes the idle waiter only as late as it plans for it.
+  P* proc = nullptr;
 };
 
 // Sleep: if the caller is a task that may park (sched/park.hpp can_park), arms t at `when`

@@ -94,10 +94,10 @@ TEST_SUITE("unit.timerspin") {
 }
 
 TEST_SUITE("rt.timer") {
-  TEST_CASE("a deadline its own P spins for is left to that P, with a late fallback") {
-    // The idle spinners and the waiter read P::own_spin: the heap of a P spinning for its
-    // own earliest deadline is no one else's to spin for; the waiter only plans a plain
-    // sleep kOwnerLagNs past it, in case that P stops and then runs one long task.
+  TEST_CASE("a running P's deadline is the waiter's only as a late backstop") {
+    // A running P runs its own timers (and spins for them when it idles): the waiter plans
+    // only a plain sleep `lag` past its deadline, in case it is stuck in one long task. The
+    // P's own M may spin for it at the deadline itself.
     using namespace corun::sched;
     t::run([] {
       Runtime* rt = current_runtime();
@@ -105,19 +105,52 @@ TEST_SUITE("rt.timer") {
       corun::Timer timer = corun::after_func(std::chrono::seconds(30), [] {});
       const std::int64_t e = p->timers->next();
       REQUIRE(e != TimerHeap::kNever);
-      const bool per_p = p->timers == &p->own_timers;  // CORUN_TIMERS=global: one heap
-      bool precise = false;
-      CHECK(timers_unspun_next(rt) == e);
-      CHECK(timers_waiter_next(rt, &precise) == e);
-      CHECK(precise);
-      p->own_spin.store(e, std::memory_order_seq_cst);  // as idle_spin_short does
-      CHECK(timers_unspun_next(rt) == (per_p ? TimerHeap::kNever : e));
-      CHECK(timers_waiter_next(rt, &precise) == (per_p ? e + kOwnerLagNs : e));
-      CHECK(precise == !per_p);
-      p->own_spin.store(TimerHeap::kNever, std::memory_order_seq_cst);
-      CHECK(timers_waiter_next(rt, &precise) == e);
-      CHECK(precise);
+      const bool per_p = p->timers == &p->own_timers;  // CORUN_TIMERS=global: anyone's
+      for (std::int64_t lag : {IdleWait::kMinLagNs, IdleWait::kMaxLagNs}) {
+        CAPTURE(lag);
+        bool precise = !per_p;
+        CHECK(timers_waiter_next(rt, lag, &precise) == (per_p ? e + lag : e));
+        CHECK(precise == !per_p);
+      }
+      CHECK(timers_spin_next(rt, p) == e);
       timer.stop();
+      bool precise = false;
+      CHECK(timers_waiter_next(rt, IdleWait::kMinLagNs, &precise) == TimerHeap::kNever);
+    });
+  }
+
+  TEST_CASE("the waiter's backstop lag doubles while wasted and resets when needed") {
+    using corun::sched::IdleWait;
+    std::int64_t lag = IdleWait::kMinLagNs;
+    int steps = 0;
+    while (lag < IdleWait::kMaxLagNs) {
+      const std::int64_t next = IdleWait::next_lag(lag, false);
+      CHECK(next > lag);
+      CHECK(next <= IdleWait::kMaxLagNs);
+      lag = next;
+      steps++;
+    }
+    CHECK(steps < 8);  // 20 µs to 1 ms in a handful of wasted wake-ups
+    CHECK(IdleWait::next_lag(lag, false) == IdleWait::kMaxLagNs);
+    CHECK(IdleWait::next_lag(lag, true) == IdleWait::kMinLagNs);
+  }
+
+  TEST_CASE("a busy P's own dense timers make the idle waiter back off") {
+    // One task sleeping 1 µs in a loop: its P spins for and runs its own timers. The idle
+    // M's backstop wake-ups find nothing left to run, so it sleeps ever longer (at 1 P
+    // there is no idle M: the one M holds the P).
+    using namespace corun::sched;
+    std::int64_t lag = 0;
+    t::run([&] {
+      Runtime* rt = current_runtime();
+      if (rt->nprocs < 2 || current_m()->p->timers != &current_m()->p->own_timers) return;
+      const auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (std::chrono::steady_clock::now() < stop) {
+        for (int i = 0; i < 100; i++) corun::sleep(std::chrono::microseconds(1));
+        lag = rt->idle.lag_ns.load(std::memory_order_relaxed);
+        if (lag >= IdleWait::kMaxLagNs) break;
+      }
+      CHECK(lag == IdleWait::kMaxLagNs);
     });
   }
 
