@@ -134,8 +134,10 @@ void B::begin_run(std::int64_t iterations) {
 
 void B::end_run() {
   stop_timer();
-  if (want_cpu_ && duration_ns_ > 0)
+  if (want_cpu_ && duration_ns_ > 0) {
     extra_["cpu%"] = static_cast<double>(cpu_ns_) / static_cast<double>(duration_ns_) * 100.0;
+    if (n > 0) extra_["cpu-ns/op"] = static_cast<double>(cpu_ns_) / static_cast<double>(n);
+  }
   previous_n_ = n;
   previous_ns_ = duration_ns_;
 }

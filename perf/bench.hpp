@@ -105,7 +105,9 @@ class B {
 
   // Reports the CPU use of the timed region as "<v> cpu%": (user+sys CPU seconds of the
   // whole process, getrusage RUSAGE_SELF) / wall seconds * 100. 200 means two CPUs busy:
-  // it shows what spinning Ms cost beside the ns/op they buy.
+  // it shows what spinning Ms cost beside the ns/op they buy. Also "<v> cpu-ns/op", that
+  // CPU time per op: the fair comparison with a runtime that does fewer ops per second
+  // (Go's timers fire up to 1 ms late, so its dense-timer rows use less CPU per second).
   void report_cpu() { want_cpu_ = true; }
 
   // Go's RunParallel: starts one task per P (corun::procs()), each calling body(PB&);

@@ -26,7 +26,8 @@ import (
 )
 
 // cpuMeter accumulates wall and process CPU time over the timed region (start/stop pairs
-// placed beside b.StartTimer/b.StopTimer) and reports their ratio as cpu%.
+// placed beside b.StartTimer/b.StopTimer) and reports their ratio as cpu%, and the CPU
+// time per op as cpu-ns/op (corun's perf/bench.hpp report_cpu reports both).
 type cpuMeter struct {
 	wall, cpu time.Duration
 	t0        time.Time
@@ -54,6 +55,9 @@ func (m *cpuMeter) stop() {
 func (m *cpuMeter) report(b *testing.B) {
 	if m.wall > 0 {
 		b.ReportMetric(100*m.cpu.Seconds()/m.wall.Seconds(), "cpu%")
+		if b.N > 0 {
+			b.ReportMetric(float64(m.cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+		}
 	}
 }
 
