@@ -35,8 +35,10 @@
 //   buffer into a new string per call (a small GC allocation, except for ""), which the
 //   pooled variant here does not: the pooled rows are the pool's cost plus formatting,
 //   Go's rows add one allocation.
-// - Pool/floor=loop, Pool/floor=calls: Pool's loop with no pool (the loop alone; put and
-//   get as two out-of-line calls that swap obj with a slot): the floors under Pool.
+// - Pool/floor=loop, Pool/floor=calls, Pool/floor=slot: Pool's loop with no pool (the loop
+//   alone; put and get as two out-of-line calls that swap obj with a slot; put and get as
+//   inline stores and loads of one slot, with the compiler barriers of Pool's fast path):
+//   the floors under Pool.
 // - MallocFree: op = new Item, delete (escaped): the floor a pool must beat.
 //   MallocFree/memory_buffer: the same for the Sprintf buffer (sizeof ~536 bytes). The
 //   release build links jemalloc, which replaces malloc (and so operator new/delete):
@@ -136,11 +138,28 @@ __attribute__((noinline)) void* floor_get(void** slot) {
   return x;
 }
 
-void pool_floor(B& b, bool calls) {
-  b.run_parallel([calls](PB& pb) {
+enum class Floor { loop, calls, slot };
+
+void pool_floor(B& b, Floor f) {
+  b.run_parallel([f](PB& pb) {
     auto obj = std::make_unique<Item>();
     void* slot = nullptr;
-    if (calls) {
+    if (f == Floor::slot) {
+      // The inline fast path's memory traffic alone: the store of put, a compiler barrier
+      // (this_proc()'s asm clobbers memory, so Pool's get reloads what put stored), the
+      // load and store of get. The get's load waits for the put's store (store-to-load
+      // forwarding, ~5 cycles) and the next put's check for that store again.
+      while (pb.next()) {
+        void* volatile* s = reinterpret_cast<void* volatile*>(&slot);
+        if (!*s) *s = obj.release();
+        asm volatile("" : : : "memory");
+        void* x = *s;
+        *s = nullptr;
+        asm volatile("" : : : "memory");
+        obj.reset(static_cast<Item*>(x));
+        if (!obj) obj = std::make_unique<Item>();
+      }
+    } else if (f == Floor::calls) {
       while (pb.next()) {
         floor_put(&slot, obj.release());
         obj.reset(static_cast<Item*>(floor_get(&slot)));
@@ -156,8 +175,9 @@ void pool_floor(B& b, bool calls) {
 }
 
 [[maybe_unused]] const bool reg_pool_floor = [] {
-  corun::bench::register_benchmark("Pool/floor=loop", [](B& b) { pool_floor(b, false); });
-  corun::bench::register_benchmark("Pool/floor=calls", [](B& b) { pool_floor(b, true); });
+  corun::bench::register_benchmark("Pool/floor=loop", [](B& b) { pool_floor(b, Floor::loop); });
+  corun::bench::register_benchmark("Pool/floor=calls", [](B& b) { pool_floor(b, Floor::calls); });
+  corun::bench::register_benchmark("Pool/floor=slot", [](B& b) { pool_floor(b, Floor::slot); });
   return true;
 }();
 
