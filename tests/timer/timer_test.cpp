@@ -1071,9 +1071,9 @@ TEST_SUITE("rt.timer") {
 
   TEST_CASE("A running P's timer held back by one long task still fires") {
     // The task arms on its own P and then holds it without a schedule point, so that P
-    // never looks at its heap: another P or the idle wait takes the timer once it is
-    // kOwnerLagNs overdue (at 1 P, sysmon: 10 ms). A foreign thread receives, so the
-    // firing needs no P to deliver it.
+    // never looks at its heap: another P takes the timer once it is kOwnerLagNs overdue,
+    // the idle wait once its backstop lag has passed (20 µs to 1 ms, IdleWait::lag_ns), at
+    // 1 P sysmon (10 ms). A foreign thread receives, so the firing needs no P to deliver it.
     std::atomic<bool> fired{false};
     bool late = false;
     std::optional<TimePoint> v;
