@@ -134,7 +134,7 @@ void idle_wake_heap(const Timers* h, std::int64_t when) noexcept;
 // p50 was 4x Go's). Tried again on 2026-12-07 with the spinner re-reading every heap, so
 // a P that idled left its timers to it: 115-180% CPU instead of ~196% for
 // AfterFunc=50us/idle-2, but the tasks its timers readied woke the other P, which stole
-// them (40-70k steals/s), and p50 went 0.39 -> 0.5-1.6 µs, p99 up to 150 µs (RESULTS).
+// them (40-70k steals/s), and p50 went from 0.3-0.4 to 1.4-1.6 µs (RESULTS).
 bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept;
 
 // How early a timed idle sleep wakes to spin for its deadline: CORUN_TIMER_SPIN_NS if set,
