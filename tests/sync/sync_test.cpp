@@ -146,6 +146,41 @@ TEST_SUITE("rt.sync") {
     CHECK(took < bound);
   }
 
+  TEST_CASE("Mutex: a running task takes a free mutex before the waiter it woke") {
+    // Normal mode barges (Go's sync.Mutex): unlock wakes the waiter, but at 1 P it is only
+    // runnable, and the unlocker's next lock finds the mutex free with kWoken set — the
+    // inline lock's second CAS. Twice: the first waiter, woken again, re-queues at the
+    // head while the second queues behind it; the unlocks in between wake nobody twice.
+    // Once the first has run, the word must be clean: its unlock wakes the second (a
+    // kWoken left set would leave it parked, and wg.wait() would never return).
+    std::vector<int> order;
+    t::run(
+        [&] {
+          corun::Mutex mu;
+          corun::WaitGroup wg;
+          mu.lock();
+          for (int w = 1; w <= 2; w++) {
+            wg.add(1);
+            corun::go([&, w] {
+              mu.lock();
+              order.push_back(w);
+              mu.unlock();
+              wg.done();
+            });
+            for (int k = 0; k < 3; k++) corun::yield();  // it parks on the mutex
+            mu.unlock();                                 // wakes it: runnable, not running
+            mu.lock();                                   // barges ahead of it
+            order.push_back(-w);
+            if (w == 2) mu.unlock();
+          }
+          wg.wait();
+          CHECK(mu.try_lock());
+          mu.unlock();
+        },
+        1);
+    CHECK(order == std::vector<int>{-1, -2, 1, 2});
+  }
+
   TEST_CASE("Mutex: ownership is handed to the longest waiter (FIFO)") {
     std::vector<int> order;
     t::run(
