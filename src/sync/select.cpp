@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <stdexcept>
+#include <type_traits>
 
 #include "base/probes.hpp"
 #include "sched/park.hpp"
@@ -155,20 +157,25 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
     return n;
   }
 
-  // 5. Queue a waiter on every case's channel, in lock order, and wait.
-  ChanWaiter w_inline[kInline];
-  std::unique_ptr<ChanWaiter[]> w_heap;
-  ChanWaiter* ws = w_inline;
+  // 5. Queue a waiter on every case's channel, in lock order, and wait. Only the m
+  // waiters of non-nil cases are constructed (indexed by case): value-initialising all
+  // eight inline slots was a 512-byte `rep stos` per blocking select (3.4% of Powser-1).
+  // ChanWaiter is trivially destructible, so the slots need no destruction.
+  static_assert(std::is_trivially_destructible_v<ChanWaiter>);
+  alignas(ChanWaiter) unsigned char w_inline[kInline * sizeof(ChanWaiter)];
+  std::unique_ptr<unsigned char[]> w_heap;
+  auto* ws = reinterpret_cast<ChanWaiter*>(w_inline);
   if (n > kInline) {
-    w_heap = std::make_unique<ChanWaiter[]>(n);
-    ws = w_heap.get();
+    static_assert(alignof(ChanWaiter) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+    w_heap = std::make_unique_for_overwrite<unsigned char[]>(n * sizeof(ChanWaiter));
+    ws = reinterpret_cast<ChanWaiter*>(w_heap.get());
   }
   CORUN_PROBE1(select_block, m);
   SelectState st;
   sched::Task* self = sched::current_task();
   for (std::size_t k = 0; k < m; k++) {
     std::size_t i = lockorder[k];
-    ChanWaiter& w = ws[i];
+    ChanWaiter& w = *::new (&ws[i]) ChanWaiter();
     w.task = self;
     w.elem = cs[i].elem;
     w.sel = &st;

@@ -721,6 +721,41 @@ TEST_SUITE("rt.chan") {
     });
   }
 
+  TEST_CASE("a blocking select of more cases than fit inline is woken by any one of them") {
+    // Twelve cases: the waiters live in a heap array (select.cpp keeps 8 inline), built
+    // only for the cases queued. Each round a partner sends on a different channel; the
+    // select must take exactly that case, and every other channel must be left with no
+    // stale receiver (an unbuffered try_send finds nobody).
+    constexpr int kCases = 12;
+    int wrong = 0, stale = 0;
+    t::run([&] {
+      std::vector<Chan<int>> cs(kCases);
+      corun::WaitGroup wg;
+      for (int round = 0; round < 2 * kCases; round++) {
+        const int target = (round * 5) % kCases;
+        wg.add(1);
+        corun::go([&wg, c = cs[target], round]() mutable {
+          yield_n(round % 3);
+          c.send(round);
+          wg.done();
+        });
+        int got = kNone;
+        auto h = [&got](std::optional<int> v) { got = val(v); };
+        std::size_t idx = corun::select(
+            corun::on_recv(cs[0], h), corun::on_recv(cs[1], h), corun::on_recv(cs[2], h),
+            corun::on_recv(cs[3], h), corun::on_recv(cs[4], h), corun::on_recv(cs[5], h),
+            corun::on_recv(cs[6], h), corun::on_recv(cs[7], h), corun::on_recv(cs[8], h),
+            corun::on_recv(cs[9], h), corun::on_recv(cs[10], h), corun::on_recv(cs[11], h));
+        wg.wait();
+        if (idx != static_cast<std::size_t>(target) || got != round) wrong++;
+        for (auto& c : cs)
+          if (c.try_send(-1)) stale++;
+      }
+    });
+    CHECK(wrong == 0);
+    CHECK(stale == 0);
+  }
+
   TEST_CASE("the same channel twice in a select, or a lost case, leaves no stale waiter") {
     const int reps = 1000 / t::kScale;
     std::atomic<int> wrong{0}, stale{0};
