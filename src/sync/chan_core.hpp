@@ -216,7 +216,9 @@ inline void polled_nothing() noexcept {
 // that migrates simply continues another thread's sequence, which is as good.
 inline thread_local std::uint64_t tls_chan_rand = 0;
 std::uint64_t chan_rand_seed() noexcept;
-inline std::uint32_t chan_rand() noexcept {
+// 64 random bits (xorshift64*: the multiply mixes the state's linear low bits upwards, so
+// the high bits are the good ones; select_impl takes three 16-bit draws from the top).
+inline std::uint64_t chan_rand() noexcept {
   std::uint64_t s = tls_chan_rand;
   if (s == 0) [[unlikely]]
     s = chan_rand_seed();
@@ -224,7 +226,7 @@ inline std::uint32_t chan_rand() noexcept {
   s ^= s >> 7;
   s ^= s << 17;
   tls_chan_rand = s;
-  return static_cast<std::uint32_t>(s >> 32);
+  return s * 0x2545F4914F6CDD1Dull;
 }
 
 }  // namespace corun::detail

@@ -84,12 +84,25 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
     lockorder = poll + n;
   }
 
-  // 1. Poll order over the non-nil cases.
+  // 1. Poll order over the non-nil cases. Each step draws j uniform in [0, m] by
+  // multiply-shift from 16 random bits (bias (m+1)/65536, none that a fair select could
+  // show), three steps per 64-bit draw kept in a register: a draw per case, through the
+  // thread-local state, was ~15% of select_impl's samples in SelectSyncContended-1.
   std::size_t m = 0;
+  std::uint64_t bits = 0;
+  unsigned draws = 0;  // 16-bit draws left in `bits`, from the top
   for (std::size_t i = 0; i < n; i++) {
     if (!cs[i].c) continue;
-    std::size_t j = static_cast<std::size_t>(
-        (static_cast<std::uint64_t>(chan_rand()) * static_cast<std::uint64_t>(m + 1)) >> 32);
+    std::size_t j = 0;
+    if (m > 0) {
+      if (draws == 0) {
+        bits = chan_rand();
+        draws = 3;
+      }
+      j = static_cast<std::size_t>(((bits >> 48) * static_cast<std::uint64_t>(m + 1)) >> 16);
+      bits <<= 16;
+      draws--;
+    }
     poll[m] = poll[j];
     poll[j] = static_cast<std::uint16_t>(i);
     m++;

@@ -679,6 +679,40 @@ TEST_SUITE("rt.chan") {
     CHECK(unbalanced.load() == 0);
   }
 
+  TEST_CASE("select picks uniformly among eight ready cases") {
+    // Eight ready cases take seven random steps of the poll-order shuffle, from more than
+    // one 64-bit draw (select.cpp takes three 16-bit draws from each): every case must come
+    // up about 1/8 of the time (10 binomial sigmas).
+    constexpr int kCases = 8;
+    const int trials = 16000 / t::kScale;
+    const double p = 1.0 / kCases;
+    const double tolerance = 10 * std::sqrt(trials * p * (1 - p));
+    std::array<int, kCases> cnt{};
+    int wrong = 0;
+    t::run([&] {
+      std::vector<Chan<int>> cs;
+      for (int k = 0; k < kCases; k++) {
+        cs.emplace_back(trials + 1);
+        for (int i = 0; i < trials + 1; i++) cs[k].send(k);
+      }
+      for (int i = 0; i < trials; i++) {
+        int b = kNone;
+        auto h = [&b](std::optional<int> v) { b = val(v); };
+        std::size_t idx = corun::select(corun::on_recv(cs[0], h), corun::on_recv(cs[1], h),
+                                        corun::on_recv(cs[2], h), corun::on_recv(cs[3], h),
+                                        corun::on_recv(cs[4], h), corun::on_recv(cs[5], h),
+                                        corun::on_recv(cs[6], h), corun::on_recv(cs[7], h));
+        if (idx >= kCases || b != static_cast<int>(idx))
+          wrong++;
+        else
+          cnt[idx]++;
+      }
+    });
+    CHECK(wrong == 0);
+    for (int k = 0; k < kCases; k++)
+      CHECK_MESSAGE(std::abs(cnt[k] - trials * p) <= tolerance, "case " << k << ": " << cnt[k]);
+  }
+
   TEST_CASE("select is fair among ready cases and never takes default then (SelectFairness)") {
     const int trials = 10000;
     const double tolerance = 10 * std::sqrt(trials / 4.0);  // 10 binomial sigmas
