@@ -208,9 +208,10 @@ std::size_t select_impl(SelectCase* cs, std::size_t n, bool block, bool* receive
   ChanWaiter* win = st.winner;
   for (std::size_t k = 0; k < m; k++) {
     std::size_t i = lockorder[k];
-    if (ws[i].queued) {
+    ChanWaiter* w = std::launder(&ws[i]);  // the object constructed in its slot above
+    if (w->queued) {
       ChanCore* c = core(cs[i].c);
-      (cs[i].send ? c->sendq : c->recvq).unlink(&ws[i]);
+      (cs[i].send ? c->sendq : c->recvq).unlink(w);
     }
   }
   unlock_all(ls);
