@@ -12,6 +12,20 @@
 
 namespace t = corun::test;
 
+namespace {
+// Starts a task that takes mu, appends id to order, and lets go (wg counts it). The
+// ordering tests run at 1 P, so order needs no lock of its own beyond mu.
+void spawn_locker(corun::Mutex& mu, corun::WaitGroup& wg, std::vector<int>& order, int id) {
+  wg.add(1);
+  corun::go([&mu, &wg, &order, id] {
+    mu.lock();
+    order.push_back(id);
+    mu.unlock();
+    wg.done();
+  });
+}
+}  // namespace
+
 TEST_SUITE("rt.sync") {
   TEST_CASE("WaitGroup: wait on zero returns; negative counter throws and is not applied") {
     t::run([] {
@@ -148,11 +162,11 @@ TEST_SUITE("rt.sync") {
 
   TEST_CASE("Mutex: a running task takes a free mutex before the waiter it woke") {
     // Normal mode barges (Go's sync.Mutex): unlock wakes the waiter, but at 1 P it is only
-    // runnable, and the unlocker's next lock finds the mutex free with kWoken set — the
-    // inline lock's second CAS. Twice: the first waiter, woken again, re-queues at the
-    // head while the second queues behind it; the unlocks in between wake nobody twice.
-    // Once the first has run, the word must be clean: its unlock wakes the second (a
-    // kWoken left set would leave it parked, and wg.wait() would never return).
+    // runnable, and the unlocker's next lock finds the mutex free with kWoken set and takes
+    // it inline (one CAS from the word it read). Twice: the first waiter, woken again,
+    // re-queues at the head while the second queues behind it; the unlocks in between wake
+    // nobody twice. Once the first has run, the word must be clean: its unlock wakes the
+    // second (a kWoken left set would leave it parked, and wg.wait() would never return).
     std::vector<int> order;
     t::run(
         [&] {
@@ -160,13 +174,7 @@ TEST_SUITE("rt.sync") {
           corun::WaitGroup wg;
           mu.lock();
           for (int w = 1; w <= 2; w++) {
-            wg.add(1);
-            corun::go([&, w] {
-              mu.lock();
-              order.push_back(w);
-              mu.unlock();
-              wg.done();
-            });
+            spawn_locker(mu, wg, order, w);
             for (int k = 0; k < 3; k++) corun::yield();  // it parks on the mutex
             mu.unlock();                                 // wakes it: runnable, not running
             mu.lock();                                   // barges ahead of it
@@ -189,13 +197,7 @@ TEST_SUITE("rt.sync") {
           corun::WaitGroup wg;
           mu.lock();
           for (int i = 0; i < 5; i++) {
-            wg.add(1);
-            corun::go([&, i] {
-              mu.lock();
-              order.push_back(i);
-              mu.unlock();
-              wg.done();
-            });
+            spawn_locker(mu, wg, order, i);
             for (int k = 0; k < 3; k++) corun::yield();  // let it queue before the next
           }
           mu.unlock();
