@@ -166,6 +166,37 @@ TEST_SUITE("rt.timer") {
     });
   }
 
+  TEST_CASE("a train of sleepers over every P wakes whole, none early") {
+    // Many tasks sleeping at once, spread over the Ps: their deadlines come in trains over
+    // several idle Ps' heaps, which the waiter and the Ps it wakes share. Every sleep
+    // returns, none before its time, with the spin measured and off.
+    for (const char* mode : {"auto", "off"}) {
+      CAPTURE(mode);
+      Env a("CORUN_TIMER_SPIN", mode), b("CORUN_TIMER_SPIN_NS", nullptr);
+      constexpr int kTasks = 64, kRounds = 20 / t::kScale;
+      std::atomic<int> early{0}, woke{0};
+      t::run([&] {
+        corun::WaitGroup wg;
+        wg.add(kTasks);
+        for (int i = 0; i < kTasks; i++) {
+          corun::go([&] {
+            for (int r = 0; r < kRounds; r++) {
+              const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+              corun::sleep(std::chrono::milliseconds(1));
+              if (std::chrono::steady_clock::now() < deadline)
+                early.fetch_add(1, std::memory_order_relaxed);
+              woke.fetch_add(1, std::memory_order_relaxed);
+            }
+            wg.done();
+          });
+        }
+        wg.wait();
+      });
+      CHECK(woke.load() == kTasks * kRounds);
+      CHECK(early.load() == 0);
+    }
+  }
+
   TEST_CASE("dense after_func timers spun for never fire early") {
     // 50 tasks re-arming after_func(50 µs): deadlines ~1 µs apart, nearer than any sleep
     // honours, so the idle P spins for them (and with CORUN_TIMER_SPIN=off sleeps).
