@@ -103,11 +103,11 @@ class PoolCore {
   void** private_slot() const noexcept {
     if constexpr (!kInlineProcTls) return nullptr;
     const auto* t = static_cast<const PoolTableHead*>(table_.load(std::memory_order_acquire));
-    const ProcTls* me = this_proc();
-    if (t->run_id != me->run_id) [[unlikely]]
+    const ProcIds me = this_proc_ids();
+    if (t->run_id != me.run_id) [[unlikely]]
       return nullptr;
     void* const* shards = reinterpret_cast<void* const*>(t + 1);
-    return static_cast<void**>(shards[me->id]);  // run ids match: 0 <= id < n
+    return static_cast<void**>(shards[me.id]);  // run ids match: 0 <= id < n
   }
 
   // The current run's shard table (pool_state.hpp ShardTable): published with release by the

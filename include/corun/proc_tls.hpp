@@ -58,4 +58,32 @@ inline const ProcTls* this_proc() noexcept {
 }
 #endif
 
+// The calling thread's P id and run id, as this_proc() gives them (same rules of use).
+// On x86-64 the two loads address the record through the %fs segment directly, so the
+// thread pointer itself is never read: one load and one add fewer on every Pool get/put,
+// whose fast path is bound by its instruction count (perf/RESULTS.md). The id comes
+// sign-extended to 64 bits, ready to index with.
+struct ProcIds {
+  long id;
+  std::uint64_t run_id;
+};
+static_assert(__builtin_offsetof(ProcTls, id) == 0 && __builtin_offsetof(ProcTls, run_id) == 8,
+              "the asm below addresses the record's fields by these offsets");
+inline ProcIds this_proc_ids() noexcept {
+#if defined(__x86_64__)
+  long off;
+  asm("movq corun_tls_proc@gottpoff(%%rip), %0" : "=r"(off));
+  long id;
+  std::uint64_t run_id;
+  asm volatile("movq %%fs:8(%2), %1\n\tmovslq %%fs:(%2), %0"
+               : "=r"(id), "=r"(run_id)
+               : "r"(off)
+               : "memory");
+  return {id, run_id};
+#else
+  const ProcTls* me = this_proc();
+  return me ? ProcIds{me->id, me->run_id} : ProcIds{-1, 0};
+#endif
+}
+
 }  // namespace corun::detail

@@ -3,16 +3,15 @@
 //
 // Fast path (a task on a P, shard present, private slot free on put / full on get): inline
 // in pool.hpp (PoolCore::get/put): the table (acquire load: a plain mov on x86), the
-// thread pointer (<corun/proc_tls.hpp> this_proc(): a volatile read, never one cached
-// across a park), one compare of the table's run id with the caller's, the P's id, the
-// shard, the slot — no call, no atomic RMW, no lock (x86-64, g++ 12 -O2: 11 instructions
-// for a put, 12 for a get). With the shard found, the local array is one call away
-// (get_shard/put_shard: no second lookup); without, get_outline/put_outline repeat the
-// lookup out of line (current_shard) and go on to the slow paths.
-// The one compare is the whole safety check: the table is never null
-// (kNoTable, of no run, until the first install), a thread without a P has run id 0,
-// which no run has, and a table of this run has a slot for every P id of it; so a
-// foreign thread, an M in blocking(), a stale table of an earlier run and a pool not
+// caller's run id and P id (<corun/proc_tls.hpp> this_proc_ids(): volatile loads through
+// %fs, never cached across a park), one compare of the table's run id with the caller's,
+// the shard, the slot — no call, no atomic RMW, no lock (x86-64, g++ 12 -O2: 11
+// instructions for a put, 12 for a get, without the loop's own). With the shard found, the local
+// array is one call away (get_shard/put_shard: no second lookup); without, get_outline/put_outline
+// repeat the lookup out of line (current_shard) and go on to the slow paths. The one compare is the
+// whole safety check: the table is never null (kNoTable, of no run, until the first install), a
+// thread without a P has run id 0, which no run has, and a table of this run has a slot for every P
+// id of it; so a foreign thread, an M in blocking(), a stale table of an earlier run and a pool not
 // used yet all fail it and take the slow path.
 // It is safe without atomics because a task never parks inside get/put (it stays on its
 // P) and every other party touching the shard does it at a safe point of that P
@@ -38,10 +37,10 @@
 // caller for the case the private slot already serves: a put then a get, or a get then a
 // put); reading tls_proc as a C++ thread-local in the inline path (the compiler may keep
 // the thread pointer across a park: a task that resumed on another M would use the old
-// P's shard — proc_tls.hpp; the test "this_proc() is the library's record" fails that
-// way). Go's pin/unpin (corun cannot be preempted inside get/put:
-// no need); a TLS per-thread cache for foreign threads (its objects would be pinned until thread
-// exit, and foreign threads are the rare case); a lock-free depot (batch moves are rare).
+// P's shard — proc_tls.hpp; the test "this_proc() and this_proc_ids() read the library's record
+// afresh" fails that way). Go's pin/unpin (corun cannot be preempted inside get/put: no need); a
+// TLS per-thread cache for foreign threads (its objects would be pinned until thread exit, and
+// foreign threads are the rare case); a lock-free depot (batch moves are rare).
 #include <cstdlib>
 #include <cstring>
 #include <new>

@@ -796,7 +796,7 @@ TEST_SUITE("rt.pool") {
     asm volatile("" ::: "memory");
     return &corun::sched::tls_proc;
   }
-  TEST_CASE("this_proc() is the library's record, read afresh after every park") {
+  TEST_CASE("this_proc() and this_proc_ids() read the library's record afresh after every park") {
     namespace s = corun::sched;
     if (!corun::detail::kInlineProcTls) return;  // no inline path on this architecture
     CHECK(corun::detail::this_proc() == &s::tls_proc);
@@ -804,6 +804,8 @@ TEST_SUITE("rt.pool") {
     std::thread foreign([&bad] {
       const auto* me = corun::detail::this_proc();
       if (me != &s::tls_proc || me->id != -1 || me->run_id != 0) bad++;
+      const auto ids = corun::detail::this_proc_ids();
+      if (ids.id != -1 || ids.run_id != 0) bad++;
     });
     foreign.join();
     CHECK(bad.load() == 0);
@@ -828,6 +830,9 @@ TEST_SUITE("rt.pool") {
                   const auto* me = corun::detail::this_proc();
                   const void* lib = library_record();
                   if (me != lib || me->id != corun::proc_id() || me->run_id == 0) bad++;
+                  // The ids as get/put read them (through %fs on x86-64): the same record.
+                  const auto ids = corun::detail::this_proc_ids();
+                  if (ids.id != corun::proc_id() || ids.run_id != me->run_id) bad++;
                   if (lib != last) moved++;
                   last = lib;
                 }
