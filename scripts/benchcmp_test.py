@@ -309,7 +309,10 @@ class Driver(unittest.TestCase):
                 f.write(FAKE_BENCH)
             os.chmod(fake, 0o755)
             log = os.path.join(d, "log")
+            # LINE_PROBE=0: the probes are scripts/lineprobe_test.py's; here every call
+            # of the fake is a run.
             env = dict(os.environ, FAKE_LOG=log, COUNT="5", CPUS="1,2", PLOT="0",
+                       LINE_PROBE="0",
                        CORUN_RUNNEXT_BACKOFF="usleep:3")  # must not reach the runs
             p = subprocess.run([sys.executable, os.path.join(_DIR, "bench-all"), "--section",
                                 "sched", d], env=env, capture_output=True, text=True)
