@@ -116,6 +116,7 @@ for p in $procs; do
 done
 run python3 scripts/benchcmp_test.py
 run python3 scripts/benchplot_test.py
+run python3 scripts/lineprobe_test.py
 if [ -s "$failures" ]; then
   echo "== what failed (again, from each failed run above)"
   cat "$failures"
