@@ -3,7 +3,7 @@
 Reading Go's benchmark format (`BenchmarkName[-P]  N  value unit  [value unit ...]`),
 the Mann-Whitney U test, the old/new/delta table of benchcmp, tables of medians, the
 corun/go ratio table of go-compare, Go's name mapping, and building and running a Go
-package's test binary.
+package's test binary, and the cache-line probe that tells the VM's modes apart.
 
 Invariants:
 - Samples are grouped by full name (with the -P suffix) and unit; rows keep the order
@@ -551,3 +551,27 @@ def child_env(base, strip=(), extra=None):
     env = {k: v for k, v in base.items() if k not in strip and k != "CORUN_BENCH"}
     env.update(extra or {})
     return env
+
+
+# The cache-line probe (bench-all's LINE_PROBE, go-compare --one-mode): one 20 ms
+# Floor/line=pingpong of corun-bench at 2 Ps, the VM's current handoff time. A probe this
+# many times off the run's median either way was made in another placement of the vCPUs.
+LINE_PROBE_ARGS = ["-bench", "^Floor/line=pingpong$", "-cpu", "2", "-count", "1",
+                   "-benchtime", "20ms"]
+LINE_OFF = 2.0
+
+
+def line_probe(bench_bin, env):
+    """One probe: ns per handoff, or None if it did not run."""
+    try:
+        p = subprocess.run([bench_bin] + LINE_PROBE_ARGS, capture_output=True, text=True,
+                           errors="replace", env=env, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    vals = parse_results(p.stdout.splitlines())[0].get(("Floor/line=pingpong-2", "ns/op"))
+    return vals[0] if p.returncode == 0 and vals else None
+
+
+def line_in_mode(ns, ref):
+    """Whether a probe of ns is in the mode of the median probe ref."""
+    return ref / LINE_OFF <= ns <= ref * LINE_OFF
