@@ -145,8 +145,8 @@ void pool_floor(B& b, Floor f) {
     auto obj = std::make_unique<Item>();
     void* slot = nullptr;
     if (f == Floor::slot) {
-      // The inline fast path's memory traffic alone: the store of put, a compiler barrier
-      // (this_proc()'s asm clobbers memory, so Pool's get reloads what put stored), the
+      // The inline fast path's traffic on the slot alone: the store of put, a compiler
+      // barrier (Pool's get finds the slot anew, so it reloads what put stored), the
       // load and store of get. The get's load waits for the put's store (store-to-load
       // forwarding, ~5 cycles) and the next put's check for that store again.
       while (pb.next()) {

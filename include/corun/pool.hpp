@@ -43,23 +43,49 @@
 namespace corun {
 
 namespace detail {
+// A private slot: the object's address as an integer, 0 when empty. As an integer, a store
+// to it cannot alias a pointer the caller keeps in memory (a pointer store could: g++
+// then reloads the caller's pointers after every put). kPoolNoShard is the value of the
+// one read-only slot that stands in the table for a P with no shard yet (pool.cpp
+// kNoShardSlot): get finds it "empty", put "full", and both go out of line, so the fast
+// path needs no null test of the shard.
+using PoolSlot = std::uintptr_t;
+inline constexpr PoolSlot kPoolNoShard = 1;
+
 // The head of a run's shard table (src/pool/pool_state.hpp ShardTable derives from it;
 // its array of shard pointers follows): what the inline fast path reads.
 struct PoolTableHead {
-  std::uint64_t run_id = 0;  // Runtime::run_id of the run it serves
-  std::uint32_t n = 0;       // that run's P count
-  void* older = nullptr;     // retired tables, freed with the pool (depot lock)
+  std::uint64_t run_key = 0;  // run_id << 32: what a P of that run has in ProcTls::key's top
+  std::uint64_t run_id = 0;   // Runtime::run_id of the run it serves
+  std::uint32_t n = 0;        // that run's P count
+  void* older = nullptr;      // retired tables, freed with the pool (depot lock)
 };
 
 // The type-erased pool (src/pool/pool.cpp). get/put are called from tasks on any P and
 // from any thread; see pool_state.hpp for the ownership of each part.
 // get/put inline: the private slot of the caller's shard, when the caller is a task on a
-// P of the run the installed table serves and that P has a shard (one compare of run ids
-// says both: pool.cpp's header). Anything else — the slot full on put or empty on get, no
-// shard, not on a P — is one call into the library: with the shard found, to its local
-// array (get_shard/put_shard); without, to the full path (get_outline/put_outline).
+// P of the run the installed table serves (one compare of the caller's key with the
+// table's run_key: pool.cpp's header).
+// Anything else — the slot full on put or empty on get, the no-shard slot, not on a P —
+// is one call into the library: with a slot found, to get_shard/put_shard (the shard's
+// local array, or the full path for the no-shard slot); without, to the full path
+// (get_outline/put_outline).
 // Nothing here can park, so the P read by this_proc() stays the caller's throughout.
+#if defined(__SANITIZE_THREAD__)
+#define CORUN_DETAIL_POOL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CORUN_DETAIL_POOL_TSAN 1
+#endif
+#endif
 class PoolCore {
+  // How the fast path loads table_ (see there).
+#ifdef CORUN_DETAIL_POOL_TSAN
+  static constexpr std::memory_order kTableLoadOrder = std::memory_order_acquire;
+#else
+  static constexpr std::memory_order kTableLoadOrder = std::memory_order_relaxed;
+#endif
+
  public:
   using Destroy = void (*)(void*) noexcept;
   explicit PoolCore(Destroy destroy);
@@ -69,22 +95,26 @@ class PoolCore {
 
   // a cached object, or nullptr
   void* get() noexcept {
-    void** slot = private_slot();
-    if (!slot) [[unlikely]]
+    long id;
+    PoolSlot* const* shards = my_shards(id);
+    if (!shards) [[unlikely]]
       return get_outline();
-    if (void* x = *slot) [[likely]] {
-      *slot = nullptr;
-      return x;
+    PoolSlot* slot = shards[id];
+    if (const PoolSlot x = *slot; x > kPoolNoShard) [[likely]] {
+      *slot = 0;
+      return reinterpret_cast<void*>(x);
     }
     return get_shard(slot);
   }
   // obj != nullptr
   void put(void* obj) noexcept {
-    void** slot = private_slot();
-    if (!slot) [[unlikely]]
+    long id;
+    PoolSlot* const* shards = my_shards(id);
+    if (!shards) [[unlikely]]
       return put_outline(obj);
+    PoolSlot* slot = shards[id];
     if (!*slot) [[likely]] {
-      *slot = obj;
+      *slot = reinterpret_cast<PoolSlot>(obj);
       return;
     }
     put_shard(slot, obj);
@@ -93,26 +123,38 @@ class PoolCore {
   // whose private slot is `slot` (found empty by get, full by put: the local array next).
   void* get_outline() noexcept;
   void put_outline(void* obj) noexcept;
-  void* get_shard(void** slot) noexcept;
-  void put_shard(void** slot, void* obj) noexcept;
+  // `slot` may be the no-shard slot: they go on to the full path then.
+  void* get_shard(PoolSlot* slot) noexcept;
+  void put_shard(PoolSlot* slot, void* obj) noexcept;
 
  private:
   friend struct PoolAccess;  // pool.cpp
-  // The caller's shard's private slot, or nullptr (see above). The shard pointers follow
-  // the table's head; a shard begins with its private slot (pool.cpp asserts both).
-  void** private_slot() const noexcept {
+  // The installed table's slot pointers, with the caller's P id in `id`, when the table
+  // serves the caller's run (see above); else nullptr. Slot i is the private slot of P i's
+  // shard (a shard begins with it: pool.cpp asserts it), or the no-shard slot, never null.
+  PoolSlot* const* my_shards(long& id) const noexcept {
     if constexpr (!kInlineProcTls) return nullptr;
-    const auto* t = static_cast<const PoolTableHead*>(table_.load(std::memory_order_acquire));
-    const ProcIds me = this_proc_ids();
-    if (t->run_id != me.run_id) [[unlikely]]
+    const auto* t = static_cast<const PoolTableHead*>(table_.load(kTableLoadOrder));
+    // The top halves cancel exactly when the caller is on a P of the table's run; then
+    // what is left is the P id (0 <= id < n).
+    const std::uint64_t d = this_proc_key() ^ t->run_key;
+    if (d > 0xffffffffu) [[unlikely]]
       return nullptr;
-    void* const* shards = reinterpret_cast<void* const*>(t + 1);
-    return static_cast<void**>(shards[me.id]);  // run ids match: 0 <= id < n
+    id = static_cast<long>(d);
+    return reinterpret_cast<PoolSlot* const*>(t + 1);
   }
 
   // The current run's shard table (pool_state.hpp ShardTable): published with release by the
-  // depot lock's holder, loaded with acquire on every get/put. Read-mostly. Never null
-  // once constructed: until the first install, a static table of no run (pool.cpp kNoTable).
+  // depot lock's holder. Read-mostly. Never null once constructed: until the first install,
+  // a static table of no run (pool.cpp kNoTable).
+  // The fast path loads it relaxed, as a consume: everything it reads of the table
+  // (run_key, the slot pointer) is addressed through the loaded pointer, and every CPU
+  // corun runs on orders a load after the load its address depends on (Linux's
+  // rcu_dereference rests on the same rule). An acquire load costs no instruction on x86,
+  // but g++ then keeps every later load of the caller below it, so a put then get reloads
+  // what the caller keeps in memory (Pool-1 8% slower, perf/RESULTS.md); compilers implement
+  // consume as acquire. Under TSan, which does not model dependencies, it is acquire. The
+  // library's slow paths load it with acquire.
   std::atomic<void*> table_{nullptr};
   void* state_ = nullptr;  // pool_state.hpp PoolState: depot, victims, registry link
 };

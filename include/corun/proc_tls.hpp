@@ -32,6 +32,9 @@ struct ProcTls {
   // The P's "end your time slice" flag (sysmon sets it, relaxed), so that a would-block
   // poll checks it inline instead of through a call chain.
   const std::atomic<bool>* preempt = nullptr;
+  // run_id << 32 | id, 0 without a P: both in one load for the Pool's fast path (see
+  // this_proc_key). Run ids stay below 0xffffffff (runtime.cpp checks).
+  std::uint64_t key = 0;
 };
 
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -58,31 +61,27 @@ inline const ProcTls* this_proc() noexcept {
 }
 #endif
 
-// The calling thread's P id and run id, as this_proc() gives them (same rules of use).
-// On x86-64 the two loads address the record through the %fs segment directly, so the
-// thread pointer itself is never read: one load and one add fewer on every Pool get/put,
-// whose fast path is bound by its instruction count (perf/RESULTS.md). The id comes
-// sign-extended to 64 bits, ready to index with.
-struct ProcIds {
-  long id;
-  std::uint64_t run_id;
-};
-static_assert(__builtin_offsetof(ProcTls, id) == 0 && __builtin_offsetof(ProcTls, run_id) == 8,
-              "the asm below addresses the record's fields by these offsets");
-inline ProcIds this_proc_ids() noexcept {
+// The calling thread's ProcTls::key (run_id << 32 | P id, 0 without a P), as this_proc()
+// would read it, in one load: the Pool's fast path compares it with a table's run in one
+// xor and takes the P id from the same result. On x86-64 the load addresses the record
+// through the %fs segment directly, so the thread pointer itself is never read. That path
+// is bound by its loads (two per cycle here; perf/RESULTS.md), so it saves what it can:
+// one load for both ids, and no "memory" clobber — which would make the compiler reload
+// every pointer the caller keeps in memory after each call. Instead the asm reads a global
+// the library owns (corun_proc_order, never written): a call that may park may also write
+// it, so the asm is never moved above such a call; volatile keeps each read separate.
+extern "C" char corun_proc_order;
+static_assert(__builtin_offsetof(ProcTls, key) == 24, "the asm below addresses the key by it");
+inline std::uint64_t this_proc_key() noexcept {
 #if defined(__x86_64__)
   long off;
   asm("movq corun_tls_proc@gottpoff(%%rip), %0" : "=r"(off));
-  long id;
-  std::uint64_t run_id;
-  asm volatile("movq %%fs:8(%2), %1\n\tmovslq %%fs:(%2), %0"
-               : "=r"(id), "=r"(run_id)
-               : "r"(off)
-               : "memory");
-  return {id, run_id};
+  std::uint64_t key;
+  asm volatile("movq %%fs:24(%1), %0" : "=r"(key) : "r"(off), "m"(corun_proc_order));
+  return key;
 #else
   const ProcTls* me = this_proc();
-  return me ? ProcIds{me->id, me->run_id} : ProcIds{-1, 0};
+  return me ? me->key : 0;
 #endif
 }
 

@@ -1,18 +1,24 @@
 // pool/pool.cpp — PoolCore: get/put through the caller's P shard, the depot, or (for
 // threads that are not Ps, and in CORUN_POOL=global) the depot alone.
 //
-// Fast path (a task on a P, shard present, private slot free on put / full on get): inline
-// in pool.hpp (PoolCore::get/put): the table (acquire load: a plain mov on x86), the
-// caller's run id and P id (<corun/proc_tls.hpp> this_proc_ids(): volatile loads through
-// %fs, never cached across a park), one compare of the table's run id with the caller's,
-// the shard, the slot — no call, no atomic RMW, no lock (x86-64, g++ 12 -O2: 11
-// instructions for a put, 12 for a get, without the loop's own). With the shard found, the local
-// array is one call away (get_shard/put_shard: no second lookup); without, get_outline/put_outline
-// repeat the lookup out of line (current_shard) and go on to the slow paths. The one compare is the
-// whole safety check: the table is never null (kNoTable, of no run, until the first install), a
-// thread without a P has run id 0, which no run has, and a table of this run has a slot for every P
-// id of it; so a foreign thread, an M in blocking(), a stale table of an earlier run and a pool not
-// used yet all fail it and take the slow path.
+// Fast path (a task on a P, private slot free on put / full on get): inline in pool.hpp
+// (PoolCore::get/put): the table (a relaxed load used as a consume: pool.hpp table_), the
+// caller's key (<corun/proc_tls.hpp> this_proc_key(): run id and P id in one volatile load
+// through %fs, never cached across a park), one xor and compare of it with the table's
+// run_key, the slot pointer, the slot — no call, no atomic RMW, no lock; five loads (x86-64,
+// g++ 12 -O2: 11 instructions for a put, 12 for a get, without the loop's own). A P that has
+// no shard yet finds the read-only no-shard slot (kNoShardSlot) there, which put sees full
+// and get empty, so the fast path has no null test. With a slot found, the local array is
+// one call away (get_shard/put_shard: no second lookup); the no-shard slot goes on from
+// there to the full path. Without one, get_outline/put_outline repeat the lookup out of
+// line (current_shard) and go on to the slow paths. The one compare is the whole safety
+// check: the table is never null (kNoTable, of no run, until the first install), a thread
+// without a P has key 0, whose top half no run has, and a table of this run has a slot for
+// every P id of it; so a foreign thread, an M in blocking(), a stale table of an earlier run
+// and a pool not used yet all fail it and take the slow path.
+// Why so few loads: the pair put+get is bound by them (two per cycle on this EPYC): 14 per
+// pair at 2.07 ns, 11 at 1.91 ns (perf/RESULTS.md); a private slot is an integer so that
+// storing to it does not make g++ reload the caller's pointers.
 // It is safe without atomics because a task never parks inside get/put (it stays on its
 // P) and every other party touching the shard does it at a safe point of that P
 // (pool_state.hpp). Every slow path below is a tail call from get/put, so their fast
@@ -37,7 +43,7 @@
 // caller for the case the private slot already serves: a put then a get, or a get then a
 // put); reading tls_proc as a C++ thread-local in the inline path (the compiler may keep
 // the thread pointer across a park: a task that resumed on another M would use the old
-// P's shard — proc_tls.hpp; the test "this_proc() and this_proc_ids() read the library's record
+// P's shard — proc_tls.hpp; the test "this_proc() and this_proc_key() read the library's record
 // afresh" fails that way). Go's pin/unpin (corun cannot be preempted inside get/put: no need); a
 // TLS per-thread cache for foreign threads (its objects would be pinned until thread exit, and
 // foreign threads are the rare case); a lock-free depot (batch moves are rare).
@@ -60,11 +66,24 @@
 namespace corun::detail {
 
 namespace {
-// What PoolCore::table_ holds until a P installs the first table: a table of no run (run
-// ids count from 1, and a thread without a P has run_id 0: proc.hpp), so the fast path's
-// one run-id compare also covers "no table yet" and "not on a P", with no null test. Never
+// What PoolCore::table_ holds until a P installs the first table: a table of no run. Its
+// run_key's top half is 0xffffffff, which no run has (run ids count from 1 and stay below
+// it: runtime.cpp), and a thread without a P has key 0 (proc.hpp): so the fast path's one
+// key compare also covers "no table yet" and "not on a P", with no null test. Never
 // written, never freed; PoolAccess::table() hides it from every slow path (nullptr).
-constinit ShardTable kNoTable{{~std::uint64_t{0}, 0, nullptr}};
+constinit ShardTable kNoTable{{~std::uint64_t{0}, ~std::uint64_t{0}, 0, nullptr}};
+}  // namespace
+
+// In .rodata: a put that wrote to it would fault rather than corrupt anything.
+alignas(64) constinit const PoolSlot kNoShardSlot = kPoolNoShard;
+
+namespace {
+void* obj_of(PoolSlot x) noexcept {
+  return reinterpret_cast<void*>(x);
+}
+PoolSlot slot_of(void* x) noexcept {
+  return reinterpret_cast<PoolSlot>(x);
+}
 }  // namespace
 
 struct PoolAccess {
@@ -254,9 +273,9 @@ __attribute__((noinline)) void* refill(PoolState* st, Shard* s) noexcept {
 // table's shards (the fast path compares run ids; safe points use the current table).
 void retire_shards(PoolState* st, ShardTable* t) noexcept {
   for (std::uint32_t i = 0; i < t->n; i++) {
-    Shard* s = t->shards[i];
+    Shard* s = t->shard(i);
     if (!s) continue;
-    if (s->priv) depot_put(st, s->priv);
+    if (s->priv) depot_put(st, obj_of(s->priv));
     for (std::uint32_t k = 0; k < s->n; k++) depot_put(st, s->local[k]);
     count_shard_nodes(st, -(s->nfull + s->nspare));
     {
@@ -267,7 +286,7 @@ void retire_shards(PoolState* st, ShardTable* t) noexcept {
     }
     s->~Shard();
     os::node_free(s, sizeof(Shard));
-    t->shards[i] = nullptr;
+    t->shards[i] = no_shard();
   }
 }
 
@@ -277,8 +296,10 @@ ShardTable* new_table(std::uint64_t run_id, std::uint32_t n) {
   void* mem = ::operator new (bytes, std::align_val_t{64});
   std::memset(mem, 0, bytes);
   auto* t = ::new (mem) ShardTable();
+  t->run_key = run_id << 32;
   t->run_id = run_id;
   t->n = n;
+  for (std::uint32_t i = 0; i < n; i++) t->shards[i] = no_shard();
   return t;
 }
 
@@ -369,9 +390,9 @@ PoolCore::~PoolCore() {
   std::vector<void*> objs;
   auto take_shards = [&](ShardTable* tab) {
     for (std::uint32_t i = 0; i < tab->n; i++) {
-      Shard* s = tab->shards[i];
+      Shard* s = tab->shard(i);
       if (!s) continue;
-      if (s->priv) objs.push_back(s->priv);
+      if (s->priv) objs.push_back(obj_of(s->priv));
       for (std::uint32_t k = 0; k < s->n; k++) objs.push_back(s->local[k]);
       for (Batch** list : {&s->full, &s->spare})
         while (Batch* b = pop(*list)) {
@@ -414,7 +435,7 @@ inline Shard* current_shard(const PoolCore& c) noexcept {
   ShardTable* t = PoolAccess::table_or_none(c);
   if (t->run_id != sched::tls_proc.run_id) [[unlikely]]
     return nullptr;
-  return t->shards[sched::tls_proc.id];  // run ids match: 0 <= id < t->n
+  return t->shard(static_cast<std::uint32_t>(sched::tls_proc.id));  // run ids match: id < t->n
 }
 
 // On a P without a shard: install one (unless this run is in global mode), else the depot.
@@ -435,7 +456,7 @@ __attribute__((noinline)) void put_slow(PoolCore& c, void* x) noexcept {
   const sched::ProcTls& me = sched::tls_proc;
   if (me.id >= 0 && st->global_run.load(std::memory_order_relaxed) != me.run_id)
     if (Shard* s = install(c)) {
-      s->priv = x;  // install() made a fresh shard: its private slot is empty
+      s->priv = slot_of(x);  // install() made a fresh shard: its private slot is empty
       return;
     }
   depot_put(st, x);
@@ -447,9 +468,9 @@ void* PoolCore::get_outline() noexcept {
   Shard* s = current_shard(*this);
   if (!s) [[unlikely]]
     return get_slow(*this);
-  if (void* x = s->priv) {
-    s->priv = nullptr;
-    return x;
+  if (const PoolSlot x = s->priv) {
+    s->priv = 0;
+    return obj_of(x);
   }
   return get_shard(&s->priv);
 }
@@ -459,20 +480,25 @@ void PoolCore::put_outline(void* x) noexcept {
   if (!s) [[unlikely]]
     return put_slow(*this, x);
   if (!s->priv) {
-    s->priv = x;
+    s->priv = slot_of(x);
     return;
   }
   put_shard(&s->priv, x);
 }
 
-// `slot` is the private slot of the caller's shard, its first member (pool_state.hpp).
-void* PoolCore::get_shard(void** slot) noexcept {
+// `slot` is the private slot of the caller's shard, its first member (pool_state.hpp), or
+// the no-shard slot (then the full path, which installs the shard).
+void* PoolCore::get_shard(PoolSlot* slot) noexcept {
+  if (slot == &kNoShardSlot) [[unlikely]]
+    return get_slow(*this);
   Shard* s = reinterpret_cast<Shard*>(slot);
   if (s->n) return s->local[--s->n];
   return refill(PoolAccess::state(*this), s);
 }
 
-void PoolCore::put_shard(void** slot, void* x) noexcept {
+void PoolCore::put_shard(PoolSlot* slot, void* x) noexcept {
+  if (slot == &kNoShardSlot) [[unlikely]]
+    return put_slow(*this, x);
   Shard* s = reinterpret_cast<Shard*>(slot);
   if (s->n < kLocalCap) {
     s->local[s->n++] = x;
@@ -525,15 +551,15 @@ void* pool_take_dying(PoolState* st) noexcept {
 void pool_trim_shard(PoolState* st, int proc, std::uint64_t run_id, bool to_victims) noexcept {
   ShardTable* t = PoolAccess::table(*st->core);
   if (!t || t->run_id != run_id || static_cast<std::uint32_t>(proc) >= t->n) return;
-  Shard* s = t->shards[proc];
+  Shard* s = t->shard(static_cast<std::uint32_t>(proc));
   if (!s) return;
   // The private slot and the array go into nodes like the P's own full batches: spares
   // first, then the depot's, then new ones (outside the lock).
   void* items[kLocalCap + 1];
   std::uint32_t n = 0;
-  if (s->priv) items[n++] = s->priv;
+  if (s->priv) items[n++] = obj_of(s->priv);
   for (std::uint32_t k = 0; k < s->n; k++) items[n++] = s->local[k];
-  s->priv = nullptr;
+  s->priv = 0;
   s->n = 0;
   std::uint32_t need = (n + kBatch - 1) / kBatch;
   while (need > s->nspare) {
@@ -557,7 +583,7 @@ void pool_trim_shard(PoolState* st, int proc, std::uint64_t run_id, bool to_vict
     s->nfull++;
   }
   // Out of memory: what found no node stays cached here (n <= 1 + kLocalCap fits).
-  if (i < n) s->priv = items[i++];
+  if (i < n) s->priv = slot_of(items[i++]);
   for (; i < n; i++) s->local[s->n++] = items[i];
   // Every full batch of the P to the victims (or the depot); one spare stays.
   std::uint32_t moved = 0;
@@ -580,7 +606,7 @@ std::size_t pool_footprint(const PoolCore& c) noexcept {
   if (ShardTable* t = PoolAccess::table(c)) {
     bytes += table_bytes(t);
     for (std::uint32_t i = 0; i < t->n; i++)
-      if (t->shards[i]) bytes += sizeof(Shard);
+      if (t->shard(i)) bytes += sizeof(Shard);
   }
   for (auto* r = st->retired; r; r = static_cast<ShardTable*>(r->older)) bytes += table_bytes(r);
   return bytes;
@@ -591,7 +617,7 @@ std::size_t pool_cached(const PoolCore& c) noexcept {
   std::size_t n = 0;
   if (ShardTable* t = PoolAccess::table(c))
     for (std::uint32_t i = 0; i < t->n; i++)
-      if (Shard* s = t->shards[i]) {
+      if (Shard* s = t->shard(i)) {
         n += (s->priv ? 1 : 0) + s->n;
         for (Batch* b = s->full; b; b = b->next) n += b->n;
       }

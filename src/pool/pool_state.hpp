@@ -7,7 +7,8 @@
 //               idle P) — touches it, with plain loads and stores. The P hand-over
 //               (Runtime::lock, P::status release/acquire) orders successive owners.
 //   ShardTable  one per run that used the pool: shards[i] is written by P i's owner (at
-//               its first use) and read by it and its safe points. Tables are published
+//               its first use; until then it is the read-only no-shard slot, never null)
+//               and read by it and its safe points. Tables are published
 //               through PoolCore::table_ (release, under the depot lock) and never freed
 //               before the pool: a stale table may still be read by a get/put racing
 //               with the install, which only compares its run_id and moves on.
@@ -50,7 +51,7 @@ struct Batch {
 static_assert(sizeof(Batch) == 128, "two batch nodes per 256 bytes: keep it so");
 
 struct alignas(64) Shard {
-  void* priv = nullptr;    // get takes it first, put fills it first (Go's private)
+  PoolSlot priv = 0;       // get takes it first, put fills it first (Go's private); 0: empty
   Batch* full = nullptr;   // this P's own full batches, newest first (at most kLocalBatches)
   Batch* spare = nullptr;  // empty nodes for the next overflows, so they allocate nothing
   std::uint32_t n = 0;     // used slots of local
@@ -59,15 +60,26 @@ struct alignas(64) Shard {
 };
 static_assert(sizeof(Shard) == 256, "four cache lines per P per pool (footprint: perf/RESULTS.md)");
 
+// The one slot that stands for "no shard" in every table (pool.cpp): read-only, holding
+// kPoolNoShard. As a Shard*, only its first member may be read; shard() hides it.
+extern const PoolSlot kNoShardSlot;
+inline Shard* no_shard() noexcept {
+  return reinterpret_cast<Shard*>(const_cast<PoolSlot*>(&kNoShardSlot));
+}
+
 // run_id, n, older (a ShardTable*): in the head, which pool.hpp's inline get/put read.
 struct ShardTable : PoolTableHead {
-  Shard* shards[];  // n entries, nullptr until P i first uses the pool
+  // P i's shard, or nullptr: what every reader but the inline fast path uses.
+  Shard* shard(std::uint32_t i) const noexcept {
+    return shards[i] == no_shard() ? nullptr : shards[i];
+  }
+  Shard* shards[];  // n entries, no_shard() until P i first uses the pool
 };
 // The array starts at or after the head's end and adds nothing to the size: so it starts
 // right there (offsetof is not for a class with a base).
 static_assert(sizeof(ShardTable) == sizeof(PoolTableHead),
-              "pool.hpp private_slot: the shard pointers follow the head");
-static_assert(offsetof(Shard, priv) == 0, "pool.hpp private_slot: a shard begins with priv");
+              "pool.hpp my_shards: the shard pointers follow the head");
+static_assert(offsetof(Shard, priv) == 0, "pool.hpp my_shards: a shard begins with priv");
 
 struct PoolRegistryLink {
   struct PoolState* prev = nullptr;

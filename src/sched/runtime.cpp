@@ -173,6 +173,10 @@ Runtime* boot(const Config& cfg, const Settings& s) {
   rt->settings = s;
   static std::atomic<std::uint64_t> runs{0};  // relaxed: uniqueness only
   rt->run_id = runs.fetch_add(1, std::memory_order_relaxed) + 1;
+  // ProcTls::key keeps it in 32 bits, and 0xffffffff is the pool's "no run" (pool.cpp
+  // kNoTable): some 4 billion runs per process.
+  if (rt->run_id >= 0xffffffffu)
+    throw std::overflow_error("corun: run() called 2^32-1 times in this process");
   os::TopologyRequest req;
   req.procs = cfg.procs ? cfg.procs : s.procs;
   req.numa = s.numa;

@@ -33,6 +33,10 @@ namespace {
 thread_local M* tls_m = nullptr;
 }  // namespace
 constinit thread_local ProcTls tls_proc __attribute__((tls_model("initial-exec")));
+// <corun/proc_tls.hpp> this_proc_key's ordering operand: never written.
+extern "C" {
+constinit char corun_proc_order = 0;
+}
 
 // noinline + an asm memory clobber: the call is never merged with one made before a
 // context switch, so a task that moved threads sees its new M.

@@ -784,6 +784,44 @@ TEST_SUITE("rt.pool") {
     CHECK(c.created.load() == c.destroyed.load());
   }
 
+  // pool.hpp: a P that has not used the pool yet finds the read-only no-shard slot (value
+  // 1) in the run's table. Its get must see "empty" (not return the 1 as an object) and
+  // its put "full" (not store there: the slot is in .rodata, a store would fault); both go
+  // out of line, install the P's shard, and from then on the P's own private slot serves.
+  TEST_CASE("a P without a shard yet goes through the no-shard slot, out of line") {
+    NO_PERIODIC_TRIM;
+    Counters c;
+    for (int n : {2, t::procs(), 4}) {
+      ObjPool pool;
+      std::atomic<int> bad{0}, tried{0};
+      t::run(
+          [&] {
+            auto a = std::make_unique<Obj>(&c);
+            Obj* pa = a.get();
+            const int p0 = corun::proc_id();
+            pool.put(std::move(a));  // the run's table, P p0's shard: A in its private slot
+            // Tasks until one runs on another P (its first use of the pool); bounded.
+            for (int round = 0; round < 50 && tried.load() == 0; round++)
+              spawn_wait(2 * n, [&](int) {
+                busy(1ms);
+                if (corun::proc_id() == p0 || tried.exchange(1) != 0) return;
+                if (pool.get() != nullptr) bad++;  // depot empty, A is P p0's: nothing
+                auto b = std::make_unique<Obj>(&c);
+                Obj* pb = b.get();
+                pool.put(std::move(b));  // its own shard now
+                auto got = pool.get();
+                if (got.get() != pb) bad++;
+              });
+            CHECK(bad.load() == 0);
+            CHECK(d::kNoShardSlot == d::kPoolNoShard);
+            if (tried.load() == 0) MESSAGE("no task ran on another P at ", n, " Ps");
+            if (corun::proc_id() == p0) CHECK(pool.get().get() == pa);
+          },
+          n);
+    }
+    CHECK(c.created.load() == c.destroyed.load());
+  }
+
   // <corun/proc_tls.hpp> this_proc(): pool.hpp's inline get/put find the caller's P through
   // it, from the user's own function, where a task may park and resume on another thread.
   // It must be the library's record (the same address as sched::tls_proc) on every thread,
@@ -796,7 +834,7 @@ TEST_SUITE("rt.pool") {
     asm volatile("" ::: "memory");
     return &corun::sched::tls_proc;
   }
-  TEST_CASE("this_proc() and this_proc_ids() read the library's record afresh after every park") {
+  TEST_CASE("this_proc() and this_proc_key() read the library's record afresh after every park") {
     namespace s = corun::sched;
     if (!corun::detail::kInlineProcTls) return;  // no inline path on this architecture
     CHECK(corun::detail::this_proc() == &s::tls_proc);
@@ -804,8 +842,7 @@ TEST_SUITE("rt.pool") {
     std::thread foreign([&bad] {
       const auto* me = corun::detail::this_proc();
       if (me != &s::tls_proc || me->id != -1 || me->run_id != 0) bad++;
-      const auto ids = corun::detail::this_proc_ids();
-      if (ids.id != -1 || ids.run_id != 0) bad++;
+      if (corun::detail::this_proc_key() != 0 || me->key != 0) bad++;
     });
     foreign.join();
     CHECK(bad.load() == 0);
@@ -830,9 +867,11 @@ TEST_SUITE("rt.pool") {
                   const auto* me = corun::detail::this_proc();
                   const void* lib = library_record();
                   if (me != lib || me->id != corun::proc_id() || me->run_id == 0) bad++;
-                  // The ids as get/put read them (through %fs on x86-64): the same record.
-                  const auto ids = corun::detail::this_proc_ids();
-                  if (ids.id != corun::proc_id() || ids.run_id != me->run_id) bad++;
+                  // The key as get/put read it (through %fs on x86-64): the same record.
+                  const std::uint64_t key = corun::detail::this_proc_key();
+                  if (key >> 32 != me->run_id ||
+                      static_cast<int>(key & 0xffffffffu) != corun::proc_id())
+                    bad++;
                   if (lib != last) moved++;
                   last = lib;
                 }
