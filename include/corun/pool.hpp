@@ -96,10 +96,10 @@ class PoolCore {
   // a cached object, or nullptr
   void* get() noexcept {
     long id;
-    PoolSlot* const* shards = my_shards(id);
+    void* const* shards = my_shards(id);
     if (!shards) [[unlikely]]
       return get_outline();
-    PoolSlot* slot = shards[id];
+    PoolSlot* slot = static_cast<PoolSlot*>(shards[id]);
     if (const PoolSlot x = *slot; x > kPoolNoShard) [[likely]] {
       *slot = 0;
       return reinterpret_cast<void*>(x);
@@ -109,10 +109,10 @@ class PoolCore {
   // obj != nullptr
   void put(void* obj) noexcept {
     long id;
-    PoolSlot* const* shards = my_shards(id);
+    void* const* shards = my_shards(id);
     if (!shards) [[unlikely]]
       return put_outline(obj);
-    PoolSlot* slot = shards[id];
+    PoolSlot* slot = static_cast<PoolSlot*>(shards[id]);
     if (!*slot) [[likely]] {
       *slot = reinterpret_cast<PoolSlot>(obj);
       return;
@@ -132,7 +132,9 @@ class PoolCore {
   // The installed table's slot pointers, with the caller's P id in `id`, when the table
   // serves the caller's run (see above); else nullptr. Slot i is the private slot of P i's
   // shard (a shard begins with it: pool.cpp asserts it), or the no-shard slot, never null.
-  PoolSlot* const* my_shards(long& id) const noexcept {
+  // The entries are Shard* (pool_state.hpp); they are read as void*, which may alias any
+  // object pointer, and only then converted.
+  void* const* my_shards(long& id) const noexcept {
     if constexpr (!kInlineProcTls) return nullptr;
     const auto* t = static_cast<const PoolTableHead*>(table_.load(kTableLoadOrder));
     // The top halves cancel exactly when the caller is on a P of the table's run; then
@@ -141,7 +143,7 @@ class PoolCore {
     if (d > 0xffffffffu) [[unlikely]]
       return nullptr;
     id = static_cast<long>(d);
-    return reinterpret_cast<PoolSlot* const*>(t + 1);
+    return reinterpret_cast<void* const*>(t + 1);
   }
 
   // The current run's shard table (pool_state.hpp ShardTable): published with release by the
