@@ -28,9 +28,11 @@
 //  - ucontext (swapcontext): a rt_sigprocmask syscall per switch, ~100x slower.
 //  - Pushing registers on the stack (Boost.Context fcontext style): one pointer instead of a
 //    struct, but offsets are implicit and the layout of a fresh stack is hand-made.
-//  - `ret` to the saved address on x86-64: with a CET shadow stack it faults; `jmp` does not.
-//    (The objects are not marked SHSTK/IBT compatible either: switching stacks without
-//    switching shadow stacks is not.)
+//  - `jmp` to every saved address on x86-64 (the earlier design): it leaves the leaving
+//    task's return address on the return stack buffer, so every `ret` of the resumed task
+//    mispredicts; a saved context is now resumed by `ret`, a fresh one by `jmp` (see
+//    context_x86_64.S for why and the figures). Neither works under a CET shadow stack,
+//    which would need its own switch; the objects are not marked SHSTK/IBT compatible.
 #pragma once
 
 #include <cstddef>
