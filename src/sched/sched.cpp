@@ -29,9 +29,8 @@
 
 namespace corun::sched {
 
-namespace {
-thread_local M* tls_m = nullptr;
-}  // namespace
+constinit thread_local M* tls_m asm("corun_tls_m")
+    __attribute__((tls_model("initial-exec"))) = nullptr;
 constinit thread_local ProcTls tls_proc __attribute__((tls_model("initial-exec")));
 // <corun/proc_tls.hpp> this_proc_key's ordering operand: never written.
 extern "C" {
@@ -40,7 +39,7 @@ constinit char corun_proc_order = 0;
 
 // noinline + an asm memory clobber: the call is never merged with one made before a
 // context switch, so a task that moved threads sees its new M.
-__attribute__((noinline)) M* current_m() noexcept {
+__attribute__((noinline)) M* current_m_slow() noexcept {
   asm volatile("" ::: "memory");
   return tls_m;
 }
