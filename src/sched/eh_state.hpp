@@ -44,13 +44,18 @@ struct EhState {
   // from.swap_with(live) then to.swap_with(live) — from keeps its live record, the thread
   // gets to's, and to holds the outer record from had been holding — with half the
   // memory traffic (this runs on every channel hand-off).
+  // Field by field through scalars: copied as a struct, `outer` went through a 16-byte
+  // stack slot whose upper half was read back 4 bytes wide (a store-forwarding hazard, and
+  // a stack frame for switch_direct). ChanSync-1 -1.7% (n=8, p=0.003).
   static void hand_over(EhState& from, void* live, EhState& to) noexcept {
-    EhState outer = from;
+    void* const outer_caught = from.caught;
+    const unsigned int outer_uncaught = from.uncaught;
     std::memcpy(&from.caught, live, sizeof(void*));
     std::memcpy(&from.uncaught, static_cast<char*>(live) + sizeof(void*), sizeof(unsigned int));
     std::memcpy(live, &to.caught, sizeof(void*));
     std::memcpy(static_cast<char*>(live) + sizeof(void*), &to.uncaught, sizeof(unsigned int));
-    to = outer;
+    to.caught = outer_caught;
+    to.uncaught = outer_uncaught;
   }
 };
 
