@@ -77,7 +77,20 @@ class LocalEnd {
 
   // Pushes t at the tail. On a full ring, moves half of the ring plus t into `overflow`
   // (a linked batch, oldest first, via Task::next) and returns its length; else 0.
+  // The fast path inlines into every caller; the full ring's (a 1 KiB stack array) does not.
   std::uint32_t push_back(Task* t, Task** overflow) noexcept {
+    std::uint32_t h = q_.head.load(std::memory_order_acquire);
+    std::uint32_t tl = q_.tail.load(std::memory_order_relaxed);
+    if (tl - h < RunQueue::kSize) [[likely]] {
+      q_.slots[tl % RunQueue::kSize].store(t, std::memory_order_relaxed);
+      q_.tail.store(tl + 1, std::memory_order_release);
+      return 0;
+    }
+    return push_back_full(t, overflow);
+  }
+
+ private:
+  [[gnu::noinline]] std::uint32_t push_back_full(Task* t, Task** overflow) noexcept {
     for (;;) {
       std::uint32_t h = q_.head.load(std::memory_order_acquire);
       std::uint32_t tl = q_.tail.load(std::memory_order_relaxed);
@@ -102,6 +115,7 @@ class LocalEnd {
     }
   }
 
+ public:
   // Puts t in runnext; the task it displaces (if any) is returned for push_back.
   // Thieves only ever clear runnext (CAS non-null -> null) and only the owner fills it,
   // so an empty slot stays empty until we write it: a plain store-release (publishing

@@ -119,42 +119,19 @@ void acquirep(M* m, P* p) noexcept {
   }
 }
 
-void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept {
-  t->state.store(TaskState::runnable, std::memory_order_relaxed);
-  LocalEnd local(p->runq);
-  if (next) {
-    t = local.put_next(t);
-    if (!t) return;
-  }
-  Task* batch = nullptr;
-  std::uint32_t n = local.push_back(t, &batch);
-  if (n) {
-    Task* last = batch;
-    while (last->next) last = last->next;
-    rt->runq.push_batch(batch, last, n);
-  }
+void runq_overflow(Runtime* rt, Task* batch, std::uint32_t n) noexcept {
+  Task* last = batch;
+  while (last->next) last = last->next;
+  rt->runq.push_batch(batch, last, n);
 }
 
-namespace {
-void new_slice(P* p) noexcept {
-  p->slicetick.store(p->slicetick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  if (p->preempt.load(std::memory_order_relaxed)) clear_preempt(p);
-}
-}  // namespace
-
-Task* runq_get(P* p) noexcept {
+Task* runq_get_preempted(P* p, Task* next) noexcept {
   LocalEnd local(p->runq);
-  if (Task* next = local.take_next()) {
-    if (!p->preempt.load(std::memory_order_relaxed)) return next;  // inherits the slice
-    Task* head = local.pop_ring();
-    new_slice(p);
-    if (!head) return next;
-    runqput(p->m->rt, p, next, false);  // the hand-off chain waits its turn
-    return head;
-  }
-  Task* t = local.pop_ring();
-  if (t) new_slice(p);
-  return t;
+  Task* head = local.pop_ring();
+  new_slice(p);
+  if (!head) return next;
+  runqput(p->m->rt, p, next, false);  // the hand-off chain waits its turn
+  return head;
 }
 
 void inject_global(Runtime* rt, Task* t) noexcept {

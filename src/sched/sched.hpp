@@ -329,7 +329,21 @@ void handoffp(Runtime* rt, P* p);  // find an M for p, or idle it
 P* pidleget(Runtime* rt, P* pref = nullptr) noexcept CORUN_REQUIRES(rt->lock);
 void pidleput(Runtime* rt, P* p) noexcept CORUN_REQUIRES(rt->lock);
 void acquirep(M* m, P* p) noexcept;
-void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept;  // owner of p only
+// Puts t in p's runnext (next) or at the ring's tail; a full ring sends half of itself
+// to the global queue. Owner of p only. Inline with runq_get and new_slice: they run on
+// every switch, and their slow paths (runq_overflow, runq_get_preempted) stay out of line.
+void runq_overflow(Runtime* rt, Task* batch, std::uint32_t n) noexcept;
+inline void runqput(Runtime* rt, P* p, Task* t, bool next) noexcept {
+  t->state.store(TaskState::runnable, std::memory_order_relaxed);
+  LocalEnd local(p->runq);
+  if (next) {
+    t = local.put_next(t);
+    if (!t) return;
+  }
+  Task* batch = nullptr;
+  if (std::uint32_t n = local.push_back(t, &batch)) [[unlikely]]
+    runq_overflow(rt, batch, n);
+}
 void ready(Task* t) noexcept;                       // make a waiting task runnable (any thread)
 void inject_global(Runtime* rt, Task* t) noexcept;  // from a thread without a P
 // The poller's tasks (a Task::next list, state waiting) made runnable from a thread
@@ -353,10 +367,26 @@ void finish_switch(M* m) noexcept;  // first thing after a task is resumed
 // syscall_exit), once nothing runs on t's stack: on g0 after a switch to it, or in
 // finish_switch after a direct switch. sched.cpp.
 void handle_action(M* m, Task* t) noexcept;
+// A new time slice starts on p (owner only): see P::slicetick.
+inline void new_slice(P* p) noexcept {
+  p->slicetick.store(p->slicetick.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (p->preempt.load(std::memory_order_relaxed)) clear_preempt(p);
+}
 // This P's next local task (runnext, then the ring), with the time-slice rule: a task
 // from runnext inherits the slice unless sysmon asked for preemption, in which case it
 // goes to the ring's tail and the ring's head runs. nullptr if both are empty.
-Task* runq_get(P* p) noexcept;
+Task* runq_get_preempted(P* p, Task* next) noexcept;  // the preempted case
+inline Task* runq_get(P* p) noexcept {
+  LocalEnd local(p->runq);
+  if (Task* next = local.take_next()) {
+    if (!p->preempt.load(std::memory_order_relaxed)) [[likely]]
+      return next;  // inherits the slice
+    return runq_get_preempted(p, next);
+  }
+  Task* t = local.pop_ring();
+  if (t) new_slice(p);
+  return t;
+}
 void park(void (*commit)(void*), void* arg) noexcept;  // from a task
 Task* task_from_closure(void* closure) noexcept;
 void task_cache_drain(P* p) noexcept;  // at shutdown
