@@ -92,12 +92,12 @@ void common_parent_cancel(B& b) {
       auto [ctx, cancel] = corun::with_cancel(shared);
       for (int i = 0; i < 100; ++i) {
         opaque(x);
-        x /= x + 1;
+        x = corun::bench::go_div(x, x + 1);
       }
       cancel();
       for (int i = 0; i < 100; ++i) {
         opaque(x);
-        x /= x + 1;
+        x = corun::bench::go_div(x, x + 1);
       }
     }
   });

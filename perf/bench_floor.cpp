@@ -362,8 +362,8 @@ void futex_wake_floor(B& b) {
 // spreads perfectly). Each loop is the benchmark's own (copied, three lines).
 // - work=prodcons: SelectProdCons' (and ChanProdConsWork's) 100 rounds of foo *= 2;
 //   foo /= 2 by the producer and 100 by the consumer (bench_chan.cpp prodcons_work).
-// - work=div200: CommonParentCancel's 200 dependent divisions x /= x + 1
-//   (bench_context.cpp).
+// - work=div200: CommonParentCancel's 200 dependent divisions x /= x + 1, with Go's
+//   semantics (go_div), as bench_context.cpp does them.
 template <class T>
 inline void keep(T& v) {
   asm volatile("" : "+r"(v));  // the value is used and changed: no folding, no hoisting
@@ -388,7 +388,7 @@ void work_floor(B& b, Work w) {
       } else {
         for (int i = 0; i < 200; ++i) {
           keep(x);
-          x /= x + 1;
+          x = corun::bench::go_div(x, x + 1);
         }
       }
     }
