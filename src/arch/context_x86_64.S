@@ -18,8 +18,9 @@
  * same return addresses, so each is predicted. A `jmp` leaves that entry on the buffer and
  * every later `ret` of the resumed task is checked against the frame one deeper than its
  * own: all mispredicted (~6.7 ns each here). Measured at 1 P, old jmp / new, n=5, 100 ms:
- * ChanProdCons0 -19.8%, ChanSync -14% (p=0.008 in a first run), Chain -22%, ChainBuf -22%,
- * Sieve -15%, PingPongHog -13.6%; Yield ~ (its two loops differ, one miss either way).
+ * ChanProdCons0 -19.8%, Chain -22%, ChainBuf -22%, Sieve -15%, PingPongHog -13.6%
+ * (p <= 0.016); ChanSync -23% (p=0.095; -14% and -16%, p <= 0.008, in two runs with `ret`
+ * for fresh contexts too); Yield ~ (its two loops differ, one miss either way).
  * A fresh context has no frame to return to: `ret` there missed once per task
  * (CreateTasks +38%), while the `jmp`'s single target is learnt; hence the test.
  *
