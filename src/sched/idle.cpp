@@ -5,9 +5,9 @@
 // (netpoll.hpp: epoll_pwait2 with a nanosecond timeout to that deadline), its wakers
 // setting the note and then breaking the poll; tasks the poll readied go to the P it
 // takes (M::polled) or, with every P busy, to the global queue; under the runtime threads' timer
-// slack (CORUN_TIMERSLACK_NS); it wakes as early as the kernel is measured to wake it late
-// (TimerSpin in idle.hpp; CORUN_TIMER_SPIN_NS fixes the amount, CORUN_TIMER_SPIN=off turns it
-// off) and spins the rest, so a timer's lateness is the spin's, not the kernel's, for at
+// slack (CORUN_TIMERSLACK_NS); it wakes early by a low estimate of how late the kernel wakes
+// it (TimerSpin in idle.hpp; CORUN_TIMER_SPIN_NS fixes the amount, CORUN_TIMER_SPIN=off turns
+// it off) and spins the rest, so a timer's lateness is the spin's, not the kernel's, for at
 // most one spin (<= 200 µs) per sleep: a sparse timer still sleeps, an idle runtime without
 // timers sleeps with no deadline. On waking it takes Runtime::lock to tell "handed a P" (startm set
 // nextp) from "a timer is due": for due timers it takes its own last P if that is idle (its thread
@@ -56,12 +56,24 @@ constexpr std::int64_t kShortWaitNs = 10'000;
 std::int64_t idle_early_ns(const Runtime* rt) noexcept {
   if (rt->settings.timer_spin_ns > 0) return static_cast<std::int64_t>(rt->settings.timer_spin_ns);
   if (!rt->settings.timer_spin_auto) return 0;
-  return rt->idle.spin.late_ns.load(std::memory_order_relaxed);
+  return rt->idle.spin.early_ns.load(std::memory_order_relaxed);
+}
+
+std::int64_t idle_spin_window_ns(const Runtime* rt) noexcept {
+  std::int64_t w = 0;
+  if (rt->settings.timer_spin_ns > 0)
+    w = static_cast<std::int64_t>(rt->settings.timer_spin_ns);
+  else if (rt->settings.timer_spin_auto)
+    w = rt->idle.spin.late_ns.load(std::memory_order_relaxed);
+  return std::max(w, kShortWaitNs);
 }
 
 void idle_note_late(Runtime* rt, std::int64_t late) noexcept {
-  auto& est = rt->idle.spin.late_ns;
-  est.store(TimerSpin::next(est.load(std::memory_order_relaxed), late), std::memory_order_relaxed);
+  auto& spin = rt->idle.spin;
+  spin.late_ns.store(TimerSpin::next_late(spin.late_ns.load(std::memory_order_relaxed), late),
+                     std::memory_order_relaxed);
+  spin.early_ns.store(TimerSpin::next_early(spin.early_ns.load(std::memory_order_relaxed), late),
+                      std::memory_order_relaxed);
 }
 
 void idle_calibrate(Runtime* rt) noexcept {
@@ -79,8 +91,10 @@ void idle_calibrate(Runtime* rt) noexcept {
   }
   if (n < kSamples) return;
   std::sort(late, late + n);
-  // The 6th of 7: an upper quantile, like the running estimate's envelope.
+  // The 6th of 7 for the envelope, the 3rd for the low estimate: near where the running
+  // estimates settle (idle.hpp).
   rt->idle.spin.late_ns.store(std::min(late[n - 2], TimerSpin::kMaxNs), std::memory_order_relaxed);
+  rt->idle.spin.early_ns.store(std::min(late[2], TimerSpin::kMaxNs), std::memory_order_relaxed);
 }
 
 bool idle_try_become(Runtime* rt, M* m) noexcept {
@@ -274,7 +288,7 @@ bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept {
   // Nearer than a sleep can honour (a futex wake-up comes 10-45 µs late in a VM even with
   // 1 ns slack, and costs ~5 µs of syscalls): wait here, holding the P, as Go's spinning
   // Ms do.
-  const std::int64_t window = std::max(idle_early_ns(rt), kShortWaitNs);
+  const std::int64_t window = idle_spin_window_ns(rt);
   // Our own heap's timer: ours to spin for, beside any spinner (each P for its own). While
   // we hold the P it counts as running, so the others leave that heap to us: no spinner
   // spins for it, and the waiter plans only its late backstop (timers_waiter_next).

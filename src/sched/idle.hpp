@@ -38,15 +38,20 @@ struct M;
 struct P;
 struct Runtime;
 
-// How late the kernel wakes the idle waiter (CORUN_TIMER_SPIN=auto): an estimate learned
-// from the runtime's own timed sleeps, so that a deadline nearer than it is spun for and a
-// farther one is slept for until that much before it, then spun for.
+// How late the kernel wakes the idle waiter (CORUN_TIMER_SPIN=auto): two estimates learned
+// from the runtime's own timed sleeps (each sample feeds both). A deadline nearer than
+// late_ns is spun for (a sleep would likely miss it); a farther one is slept for until
+// early_ns before it, then spun for.
 //   late_ns   ns; an upper envelope of recent oversleeps (rises by 1/4 of a larger sample,
-//             falls by 1/32 of a smaller one: a fraction of the wake-ups still land late,
-//             but not half of them, as a mean would leave). Written by sysmon's start-up
-//             calibration and then by the waiter after each sleep that timed out (one
-//             waiter at a time; a lost update between the two is harmless); read by any
-//             P. Relaxed: a hint that orders nothing.
+//             falls by 1/32 of a smaller one: about the 0.89 expectile): how late a sleep
+//             may come, so the spin window (idle_spin_window_ns).
+//   early_ns  ns; a low expectile of the same samples (rises by 1/16, falls by 1/4: about
+//             the 0.2 expectile): how early a sleep wakes (idle_early_ns). A wake-up before
+//             it is spun away, one after it leaves the timer late by the difference; each
+//             ns of it is a ns of CPU on most waits, so it sits low in the spread.
+//             Both written by sysmon's start-up calibration and then by the waiter after
+//             each sleep that timed out (one waiter at a time; a lost update between the
+//             two is harmless); read by any P. Relaxed: hints that order nothing.
 //   spinner   true while one P spins for a near deadline of another P's heap
 //             (idle_spin_short) — one at a time, the others idle (on 128 cores, 127 Ps
 //             spinning for one timer would burn 127 cores for it); the waiter then sleeps
@@ -58,18 +63,32 @@ struct Runtime;
 //             acquire/release on the claim/release pair, though it guards no data: the
 //             order only keeps the hint fresh.
 // Rejected: a fixed spin (CORUN_TIMER_SPIN_NS, still accepted): 10-45 µs wake-ups in a
-// VM, 2-5 µs on bare metal — no constant suits both; the mean oversleep (half the wake-ups
-// late); calibrating only at start (the host's load changes).
+// VM, 2-5 µs on bare metal — no constant suits both; calibrating only at start (the
+// host's load changes); one estimate for both uses. The envelope alone (until 2026-12-07)
+// woke every sleep that early: p50 ~0.6 µs for 1 ms sleeps instead of ~1.1 µs, but 25-45%
+// more CPU per sleep (Sleep1=1ms/idle 31 vs 23 µs an op at 1 P, 37 vs 20 at 2 Ps; a bare
+// futex wait costs ~24 µs here). The low expectile alone also shrank the spin window, so a
+// P slept through the gaps between dense timers and woke 20-40 µs late:
+// AfterFunc=50us/idle-2 p50 0.5 -> 8.2 µs (perf/RESULTS.md).
 struct TimerSpin {
   static constexpr std::int64_t kInitialNs = 10'000;  // until calibrated
   static constexpr std::int64_t kMaxNs = 200'000;     // never spin longer per wait
   std::atomic<std::int64_t> late_ns{kInitialNs};
+  std::atomic<std::int64_t> early_ns{kInitialNs};
   std::atomic<bool> spinner{false};
-  // The estimate after one more observed oversleep `late` (pure).
-  static constexpr std::int64_t next(std::int64_t e, std::int64_t late) noexcept {
+  // An estimate after one more observed oversleep `late` (pure): it moves 1/up of the way
+  // toward a larger sample, 1/down toward a smaller one.
+  template <std::int64_t up, std::int64_t down>
+  static constexpr std::int64_t step(std::int64_t e, std::int64_t late) noexcept {
     if (late > kMaxNs) late = kMaxNs;  // a preempted vCPU is no sample
     if (late < 0) late = 0;
-    return e + (late > e ? (late - e) / 4 : (late - e) / 32);
+    return e + (late > e ? (late - e) / up : (late - e) / down);
+  }
+  static constexpr std::int64_t next_late(std::int64_t e, std::int64_t late) noexcept {
+    return step<4, 32>(e, late);
+  }
+  static constexpr std::int64_t next_early(std::int64_t e, std::int64_t late) noexcept {
+    return step<16, 4>(e, late);
   }
 };
 
@@ -124,8 +143,8 @@ void idle_wake(Runtime* rt, std::int64_t when, bool start_idle = true) noexcept;
 class Timers;
 void idle_wake_heap(const Timers* h, std::int64_t when) noexcept;
 
-// Before idling P p at `now`: if a timer is due within the spin window (max(10 µs,
-// idle_early_ns)) — closer than a sleep can honour — spins for it (PAUSE, clock-checked,
+// Before idling P p at `now`: if a timer is due within the spin window
+// (idle_spin_window_ns) — closer than a sleep can honour — spins for it (PAUSE, clock-checked,
 // the deadline re-read every few turns), leaving early if work shows up in p's queue or
 // the global queue: for p's own earliest always, for another heap's (timers_spin_next)
 // only if no other M spins for one. True if it spun (the caller looks again). Rejected:
@@ -138,9 +157,12 @@ void idle_wake_heap(const Timers* h, std::int64_t when) noexcept;
 bool idle_spin_short(Runtime* rt, P* p, std::int64_t now) noexcept;
 
 // How early a timed idle sleep wakes to spin for its deadline: CORUN_TIMER_SPIN_NS if set,
-// else the measured wake-up lateness (auto), else 0 (off).
+// else TimerSpin::early_ns (auto), else 0 (off).
 std::int64_t idle_early_ns(const Runtime* rt) noexcept;
-// Folds one observed oversleep (ns past the wake time asked for) into the estimate.
+// How near a deadline is spun for rather than slept for (idle_spin_short): at least
+// kShortWaitNs (10 µs); CORUN_TIMER_SPIN_NS if larger, else TimerSpin::late_ns (auto).
+std::int64_t idle_spin_window_ns(const Runtime* rt) noexcept;
+// Folds one observed oversleep (ns past the wake time asked for) into both estimates.
 void idle_note_late(Runtime* rt, std::int64_t late_ns) noexcept;
 // sysmon's start: a few short timed futex sleeps of its own set the first estimate, so
 // the first timers need not wait for the waiter to learn it. Returns early at shutdown.

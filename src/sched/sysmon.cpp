@@ -133,16 +133,17 @@ void print_schedtrace(Runtime* rt, std::uint64_t now) {
     add(parks, p.parks);
     add(timers, p.timers_fired);
   }
-  std::fprintf(stderr,
-               "corun: SCHED %llums: procs=%d idleprocs=%d threads=%d spinningthreads=%d "
-               "idlethreads=%d blockingthreads=%d runqueue=%u [%s] runs=[%s] steals=[%s] "
-               "spawned=[%s] parks=[%s] timers=[%s] netpolls=%llu timerspin=%lldns\n",
-               static_cast<unsigned long long>((now - rt->start_ns) / 1000000), rt->nprocs,
-               rt->npidle.load(std::memory_order_relaxed), threads,
-               rt->nmspinning.load(std::memory_order_relaxed), idlethreads, inblocking,
-               rt->runq.size_hint(), queues.c_str(), runs.c_str(), steals.c_str(), spawned.c_str(),
-               parks.c_str(), timers.c_str(), static_cast<unsigned long long>(st.netpolls),
-               static_cast<long long>(idle_early_ns(rt)));
+  std::fprintf(
+      stderr,
+      "corun: SCHED %llums: procs=%d idleprocs=%d threads=%d spinningthreads=%d "
+      "idlethreads=%d blockingthreads=%d runqueue=%u [%s] runs=[%s] steals=[%s] "
+      "spawned=[%s] parks=[%s] timers=[%s] netpolls=%llu timerspin=%lldns timerwindow=%lldns\n",
+      static_cast<unsigned long long>((now - rt->start_ns) / 1000000), rt->nprocs,
+      rt->npidle.load(std::memory_order_relaxed), threads,
+      rt->nmspinning.load(std::memory_order_relaxed), idlethreads, inblocking, rt->runq.size_hint(),
+      queues.c_str(), runs.c_str(), steals.c_str(), spawned.c_str(), parks.c_str(), timers.c_str(),
+      static_cast<unsigned long long>(st.netpolls), static_cast<long long>(idle_early_ns(rt)),
+      static_cast<long long>(idle_spin_window_ns(rt)));
 }
 
 void* sysmon_main(void* arg) {

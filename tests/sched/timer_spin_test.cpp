@@ -30,29 +30,67 @@ std::int64_t early_in_a_run() {
   return early;
 }
 
+std::int64_t window_in_a_run() {
+  std::int64_t window = -1;
+  t::run([&] { window = corun::sched::idle_spin_window_ns(corun::sched::current_runtime()); });
+  return window;
+}
+
 }  // namespace
 
 TEST_SUITE("unit.timerspin") {
-  TEST_CASE("the estimate rises fast, falls slowly, and is bounded") {
+  TEST_CASE("the envelope rises fast, falls slowly, and is bounded") {
     std::int64_t e = 10'000;
-    e = TimerSpin::next(e, 50'000);  // 1/4 of the way up
+    e = TimerSpin::next_late(e, 50'000);  // 1/4 of the way up
     CHECK(e == 20'000);
-    e = TimerSpin::next(e, 0);  // 1/32 of the way down
+    e = TimerSpin::next_late(e, 0);  // 1/32 of the way down
     CHECK(e == 20'000 - 20'000 / 32);
-    for (int i = 0; i < 200; i++) e = TimerSpin::next(e, 1'000'000'000);  // 1 s: clamped
+    for (int i = 0; i < 200; i++) e = TimerSpin::next_late(e, 1'000'000'000);  // 1 s: clamped
     CHECK(e <= TimerSpin::kMaxNs);
     CHECK(e >= TimerSpin::kMaxNs - 4);
-    CHECK(TimerSpin::next(100, -5) <= 100);  // a negative sample counts as 0
-    // Steady samples converge to them from either side.
-    std::int64_t up = 0, down = TimerSpin::kMaxNs;
+    CHECK(TimerSpin::next_late(100, -5) <= 100);  // a negative sample counts as 0
+  }
+
+  TEST_CASE("the early estimate rises slowly, falls fast, and is bounded") {
+    std::int64_t e = 10'000;
+    e = TimerSpin::next_early(e, 90'000);  // 1/16 of the way up
+    CHECK(e == 15'000);
+    e = TimerSpin::next_early(e, 3'000);  // 1/4 of the way down
+    CHECK(e == 12'000);
+    for (int i = 0; i < 400; i++) e = TimerSpin::next_early(e, 1'000'000'000);
+    CHECK(e <= TimerSpin::kMaxNs);
+    CHECK(e >= TimerSpin::kMaxNs - 16);
+    CHECK(TimerSpin::next_early(100, -5) <= 100);
+  }
+
+  TEST_CASE("both estimates converge to steady samples; a spread splits them") {
+    std::int64_t lu = 0, ld = TimerSpin::kMaxNs, eu = 0, ed = TimerSpin::kMaxNs;
     for (int i = 0; i < 2000; i++) {
-      up = TimerSpin::next(up, 30'000);
-      down = TimerSpin::next(down, 30'000);
+      lu = TimerSpin::next_late(lu, 30'000);
+      ld = TimerSpin::next_late(ld, 30'000);
+      eu = TimerSpin::next_early(eu, 30'000);
+      ed = TimerSpin::next_early(ed, 30'000);
     }
-    CHECK(up >= 29'000);
-    CHECK(up <= 30'000);
-    CHECK(down >= 30'000);
-    CHECK(down <= 31'000);
+    for (auto v : {lu, eu}) {
+      CHECK(v >= 29'000);
+      CHECK(v <= 30'000);
+    }
+    for (auto v : {ld, ed}) {
+      CHECK(v >= 30'000);
+      CHECK(v <= 31'000);
+    }
+    // Samples of 10 and 50 µs in turn (mean 30): the envelope settles high in the spread
+    // (~46 µs: a sleep woken that early rarely misses), the early estimate low (~16 µs:
+    // most sleeps spin a little, some wake late).
+    std::int64_t late = 30'000, early = 30'000;
+    for (int i = 0; i < 2000; i++) {
+      late = TimerSpin::next_late(late, i % 2 ? 10'000 : 50'000);
+      early = TimerSpin::next_early(early, i % 2 ? 10'000 : 50'000);
+    }
+    CHECK(late >= 40'000);
+    CHECK(late <= 50'000);
+    CHECK(early >= 12'000);
+    CHECK(early <= 24'000);
   }
 
   TEST_CASE("which setting decides how early a sleep wakes") {
@@ -72,15 +110,38 @@ TEST_SUITE("unit.timerspin") {
     }
   }
 
+  TEST_CASE("which setting decides how near a deadline is spun for") {
+    {
+      Env a("CORUN_TIMER_SPIN", "off"), b("CORUN_TIMER_SPIN_NS", nullptr);
+      CHECK(window_in_a_run() == 10'000);  // the floor: nearer than any sleep
+    }
+    {
+      Env a("CORUN_TIMER_SPIN", nullptr), b("CORUN_TIMER_SPIN_NS", "1234");
+      CHECK(window_in_a_run() == 10'000);
+    }
+    {
+      Env a("CORUN_TIMER_SPIN", nullptr), b("CORUN_TIMER_SPIN_NS", "50000");
+      CHECK(window_in_a_run() == 50'000);
+    }
+    {
+      Env a("CORUN_TIMER_SPIN", nullptr), b("CORUN_TIMER_SPIN_NS", nullptr);
+      const std::int64_t w = window_in_a_run();
+      CHECK(w >= 10'000);
+      CHECK(w <= TimerSpin::kMaxNs);
+    }
+  }
+
   TEST_CASE("calibration measures this machine's wake-ups") {
     Env a("CORUN_TIMER_SPIN", nullptr), b("CORUN_TIMER_SPIN_NS", nullptr);
-    std::int64_t measured = -1, early = -1;
+    std::int64_t measured = -1, measured_early = -1, early = -1;
     t::run(
         [&] {
           auto* rt = corun::sched::current_runtime();
           rt->idle.spin.late_ns.store(-1, std::memory_order_relaxed);  // a value it never sets
+          rt->idle.spin.early_ns.store(-1, std::memory_order_relaxed);
           corun::blocking([&] { corun::sched::idle_calibrate(rt); });
           measured = rt->idle.spin.late_ns.load(std::memory_order_relaxed);
+          measured_early = rt->idle.spin.early_ns.load(std::memory_order_relaxed);
           early = corun::sched::idle_early_ns(rt);
         },
         1);
@@ -88,6 +149,8 @@ TEST_SUITE("unit.timerspin") {
     // measured value) to how late a 20 µs futex sleep woke, at most the cap; and used.
     CHECK(measured >= 0);
     CHECK(measured <= TimerSpin::kMaxNs);
+    CHECK(measured_early >= 0);
+    CHECK(measured_early <= TimerSpin::kMaxNs);
     CHECK(early >= 0);
     CHECK(early <= TimerSpin::kMaxNs);
   }
