@@ -55,8 +55,8 @@ inline constexpr PoolSlot kPoolNoShard = 1;
 // The head of a run's shard table (src/pool/pool_state.hpp ShardTable derives from it;
 // its array of shard pointers follows): what the inline fast path reads.
 struct PoolTableHead {
-  std::uint64_t run_key = 0;  // run_id << 32: what a P of that run has in ProcTls::key's top
-  std::uint64_t run_id = 0;   // Runtime::run_id of the run it serves
+  std::uint64_t run_key = 0;  // the served run's Runtime::run_id << 32: ProcTls::key's top
+                              // half on a P of that run (the only record of the run)
   std::uint32_t n = 0;        // that run's P count
   void* older = nullptr;      // retired tables, freed with the pool (depot lock)
 };

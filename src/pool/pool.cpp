@@ -71,7 +71,7 @@ namespace {
 // it: runtime.cpp), and a thread without a P has key 0 (proc.hpp): so the fast path's one
 // key compare also covers "no table yet" and "not on a P", with no null test. Never
 // written, never freed; PoolAccess::table() hides it from every slow path (nullptr).
-constinit ShardTable kNoTable{{~std::uint64_t{0}, ~std::uint64_t{0}, 0, nullptr}};
+constinit ShardTable kNoTable{{~std::uint64_t{0}, 0, nullptr}};
 }  // namespace
 
 // In .rodata: a put that wrote to it would fault rather than corrupt anything.
@@ -290,6 +290,11 @@ void retire_shards(PoolState* st, ShardTable* t) noexcept {
   }
 }
 
+// Whether table t serves run `run_id` (its run_key is the only record of the run).
+bool serves(const ShardTable* t, std::uint64_t run_id) noexcept {
+  return t->run_key == run_id << 32;
+}
+
 ShardTable* new_table(std::uint64_t run_id, std::uint32_t n) {
   std::size_t bytes = sizeof(ShardTable) + sizeof(Shard*) * n;
   bytes = (bytes + 63) & ~std::size_t{63};  // own lines: read by every P, rarely written
@@ -297,7 +302,6 @@ ShardTable* new_table(std::uint64_t run_id, std::uint32_t n) {
   std::memset(mem, 0, bytes);
   auto* t = ::new (mem) ShardTable();
   t->run_key = run_id << 32;
-  t->run_id = run_id;
   t->n = n;
   for (std::uint32_t i = 0; i < n; i++) t->shards[i] = no_shard();
   return t;
@@ -325,7 +329,7 @@ __attribute__((noinline)) Shard* install(PoolCore& c) noexcept {
   }
   ShardTable* t = PoolAccess::table(c);
   ShardTable* stale = nullptr;
-  if (!t || t->run_id != me.run_id) {
+  if (!t || !serves(t, me.run_id)) {
     ShardTable* fresh = nullptr;
     try {
       fresh = new_table(me.run_id, static_cast<std::uint32_t>(sched::run_procs(rt)));
@@ -335,7 +339,7 @@ __attribute__((noinline)) Shard* install(PoolCore& c) noexcept {
     {
       base::Guard g(st->lock);
       t = PoolAccess::table(c);
-      if (!t || t->run_id != me.run_id) {  // we install (another P may have meanwhile)
+      if (!t || !serves(t, me.run_id)) {  // we install (another P may have meanwhile)
         stale = t;
         if (stale) {
           stale->older = st->retired;
@@ -428,14 +432,16 @@ namespace {
 // The caller's shard of this pool for the running run, or nullptr: not on a P, no table
 // for this run yet, or none for this P yet. Inlined into get/put, whose fast paths then
 // need no callee-saved registers: every slow path is a tail call.
-// One compare decides "a P of the run this table serves": the table is never null
-// (kNoTable matches no run), and a thread without a P has run_id 0, which no table has.
-// The TLS fields are read by value, each where it is used (no context switch between).
+// The inline path's test (pool.hpp my_shards), on the library's own TLS: the caller's key
+// (run_id << 32 | P id) XOR the table's run_key has a zero top half exactly on a P of the
+// run this table serves, and then is the P id. The table is never null (kNoTable's top
+// half is no run's), and a thread without a P has key 0, which no table's run_key is.
 inline Shard* current_shard(const PoolCore& c) noexcept {
   ShardTable* t = PoolAccess::table_or_none(c);
-  if (t->run_id != sched::tls_proc.run_id) [[unlikely]]
+  const std::uint64_t d = sched::tls_proc.key ^ t->run_key;
+  if (d > 0xffffffffu) [[unlikely]]
     return nullptr;
-  return t->shard(static_cast<std::uint32_t>(sched::tls_proc.id));  // run ids match: id < t->n
+  return t->shard(static_cast<std::uint32_t>(d));  // runs match: d is the P id, < t->n
 }
 
 // On a P without a shard: install one (unless this run is in global mode), else the depot.
@@ -550,7 +556,7 @@ void* pool_take_dying(PoolState* st) noexcept {
 
 void pool_trim_shard(PoolState* st, int proc, std::uint64_t run_id, bool to_victims) noexcept {
   ShardTable* t = PoolAccess::table(*st->core);
-  if (!t || t->run_id != run_id || static_cast<std::uint32_t>(proc) >= t->n) return;
+  if (!t || !serves(t, run_id) || static_cast<std::uint32_t>(proc) >= t->n) return;
   Shard* s = t->shard(static_cast<std::uint32_t>(proc));
   if (!s) return;
   // The private slot and the array go into nodes like the P's own full batches: spares

@@ -11,7 +11,7 @@
 //               and read by it and its safe points. Tables are published
 //               through PoolCore::table_ (release, under the depot lock) and never freed
 //               before the pool: a stale table may still be read by a get/put racing
-//               with the install, which only compares its run_id and moves on.
+//               with the install, which only compares its run_key and moves on.
 //   PoolState   the depot: batches of up to kBatch objects in LIFO lists (full: the
 //               current generation; victim: the previous one; empty: spare nodes),
 //               guarded by `lock` (a spin lock: O(1) under it, never held across a call
@@ -67,7 +67,7 @@ inline Shard* no_shard() noexcept {
   return reinterpret_cast<Shard*>(const_cast<PoolSlot*>(&kNoShardSlot));
 }
 
-// run_id, n, older (a ShardTable*): in the head, which pool.hpp's inline get/put read.
+// run_key, n, older (a ShardTable*): in the head, which pool.hpp's inline get/put read.
 struct ShardTable : PoolTableHead {
   // P i's shard, or nullptr: what every reader but the inline fast path uses.
   Shard* shard(std::uint32_t i) const noexcept {

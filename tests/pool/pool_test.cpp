@@ -736,15 +736,16 @@ TEST_SUITE("rt.pool") {
     CHECK(c.created.load() == c.destroyed.load());
   }
 
-  // pool.cpp current_shard: one compare of the table's run id with tls_proc.run_id stands
-  // for "a table is installed" (else kNoTable, whose run id is no run's) and "the caller
-  // is on a P" (else tls run_id 0). A thread without a P that got through it would use a
+  // pool.cpp current_shard: one compare of the table's run_key with tls_proc.key's top half
+  // stands for "a table is installed" (else kNoTable, whose run_key is no run's) and "the
+  // caller is on a P" (else key 0). A thread without a P that got through it would use a
   // shard (shards[-1], or a P's): here its put then get would return the P's private
   // object A instead of its own, and the final get would miss A.
   TEST_CASE("off a P the run-id compare alone keeps a thread out of the shards") {
     namespace s = corun::sched;
     CHECK(s::tls_proc.id == -1);  // outside run: no P, run id 0
     CHECK(s::tls_proc.run_id == 0);
+    CHECK(s::tls_proc.key == 0);
     Counters c;
     for (int n : {1, t::procs()}) {
       ObjPool pool;
