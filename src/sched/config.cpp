@@ -209,8 +209,8 @@ const Var kVars[] = {
        s.timer_spin_auto = word(d, v, "auto", "off");
      }},
     {{"CORUN_TIMER_SPIN_NS", "0", "a whole number from 0 to 10000000",
-      "a fixed early wake in ns before a deadline, spinning the rest (replaces the measured "
-      "one); 0: as CORUN_TIMER_SPIN says"},
+      "a fixed early wake in ns before a deadline, spinning the rest, and the spin window "
+      "(at least 10000; replaces the measured ones); 0: as CORUN_TIMER_SPIN says"},
      [](Settings& s, const VarDoc& d, std::string_view v) {
        s.timer_spin_ns = number(d, v, 0, 10000000);
      }},
