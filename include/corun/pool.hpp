@@ -55,8 +55,8 @@ inline constexpr PoolSlot kPoolNoShard = 1;
 // The head of a run's shard table (src/pool/pool_state.hpp ShardTable derives from it;
 // its array of shard pointers follows): what the inline fast path reads.
 struct PoolTableHead {
-  std::uint64_t run_key = 0;  // the served run's Runtime::run_id << 32: ProcTls::key's top
-                              // half on a P of that run (the only record of the run)
+  std::uint64_t run_key = 0;  // proc_run_key(the served run's Runtime::run_id): the only
+                              // record of the run (proc_tls.hpp)
   std::uint32_t n = 0;        // that run's P count
   void* older = nullptr;      // retired tables, freed with the pool (depot lock)
 };
@@ -139,10 +139,9 @@ class PoolCore {
     const auto* t = static_cast<const PoolTableHead*>(table_.load(kTableLoadOrder));
     // The top halves cancel exactly when the caller is on a P of the table's run; then
     // what is left is the P id (0 <= id < n).
-    const std::uint64_t d = this_proc_key() ^ t->run_key;
-    if (d > 0xffffffffu) [[unlikely]]
+    id = proc_in_run(this_proc_key(), t->run_key);
+    if (id < 0) [[unlikely]]
       return nullptr;
-    id = static_cast<long>(d);
     return reinterpret_cast<void* const*>(t + 1);
   }
 

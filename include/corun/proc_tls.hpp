@@ -37,6 +37,22 @@ struct ProcTls {
   std::uint64_t key = 0;
 };
 
+// ProcTls::key's encoding, written once: the top half of every key on a P of run
+// `run_id` (what a Pool table records of the run it serves), ...
+constexpr std::uint64_t proc_run_key(std::uint64_t run_id) noexcept {
+  return run_id << 32;
+}
+// ... the key of P `id` of that run, ...
+constexpr std::uint64_t proc_key(std::uint64_t run_id, int id) noexcept {
+  return proc_run_key(run_id) | static_cast<std::uint32_t>(id);
+}
+// ... and the test: the P id if `key` is a P's of the run with top half `run_key`, else -1
+// (one xor; a thread without a P has key 0, which no run's top half is).
+constexpr long proc_in_run(std::uint64_t key, std::uint64_t run_key) noexcept {
+  const std::uint64_t d = key ^ run_key;
+  return d > 0xffffffffu ? -1 : static_cast<long>(d);
+}
+
 #if defined(__x86_64__) || defined(__aarch64__)
 inline constexpr bool kInlineProcTls = true;
 // The calling thread's record; see the header for when it may be used.

@@ -292,7 +292,7 @@ void retire_shards(PoolState* st, ShardTable* t) noexcept {
 
 // Whether table t serves run `run_id` (its run_key is the only record of the run).
 bool serves(const ShardTable* t, std::uint64_t run_id) noexcept {
-  return t->run_key == run_id << 32;
+  return t->run_key == proc_run_key(run_id);
 }
 
 ShardTable* new_table(std::uint64_t run_id, std::uint32_t n) {
@@ -301,7 +301,7 @@ ShardTable* new_table(std::uint64_t run_id, std::uint32_t n) {
   void* mem = ::operator new (bytes, std::align_val_t{64});
   std::memset(mem, 0, bytes);
   auto* t = ::new (mem) ShardTable();
-  t->run_key = run_id << 32;
+  t->run_key = proc_run_key(run_id);
   t->n = n;
   for (std::uint32_t i = 0; i < n; i++) t->shards[i] = no_shard();
   return t;
@@ -432,16 +432,14 @@ namespace {
 // The caller's shard of this pool for the running run, or nullptr: not on a P, no table
 // for this run yet, or none for this P yet. Inlined into get/put, whose fast paths then
 // need no callee-saved registers: every slow path is a tail call.
-// The inline path's test (pool.hpp my_shards), on the library's own TLS: the caller's key
-// (run_id << 32 | P id) XOR the table's run_key has a zero top half exactly on a P of the
-// run this table serves, and then is the P id. The table is never null (kNoTable's top
-// half is no run's), and a thread without a P has key 0, which no table's run_key is.
+// The inline path's test (pool.hpp my_shards, proc_tls.hpp proc_in_run) on the library's
+// own TLS. The table is never null (kNoTable's top half is no run's).
 inline Shard* current_shard(const PoolCore& c) noexcept {
   ShardTable* t = PoolAccess::table_or_none(c);
-  const std::uint64_t d = sched::tls_proc.key ^ t->run_key;
-  if (d > 0xffffffffu) [[unlikely]]
+  const long id = proc_in_run(sched::tls_proc.key, t->run_key);
+  if (id < 0) [[unlikely]]
     return nullptr;
-  return t->shard(static_cast<std::uint32_t>(d));  // runs match: d is the P id, < t->n
+  return t->shard(static_cast<std::uint32_t>(id));  // a P of the table's run: id < t->n
 }
 
 // On a P without a shard: install one (unless this run is in global mode), else the depot.

@@ -309,7 +309,7 @@ inline void set_mp(M* m, P* p) noexcept {
   tls_proc.id = p ? p->id : -1;
   tls_proc.run_id = p ? p->run_id : 0;
   tls_proc.preempt = p ? &p->preempt : nullptr;
-  tls_proc.key = p ? p->run_id << 32 | static_cast<std::uint32_t>(p->id) : 0;
+  tls_proc.key = p ? corun::detail::proc_key(p->run_id, p->id) : 0;
 }
 // The published runtime, or nullptr. Safe to use only on the runtime's own threads (it
 // cannot be freed under them); every other thread goes through the foreign gate

@@ -741,6 +741,15 @@ TEST_SUITE("rt.pool") {
   // caller is on a P" (else key 0). A thread without a P that got through it would use a
   // shard (shards[-1], or a P's): here its put then get would return the P's private
   // object A instead of its own, and the final get would miss A.
+  TEST_CASE("a P's key matches its own run's tables only, and gives its id") {
+    namespace d = corun::detail;
+    CHECK(d::proc_in_run(d::proc_key(5, 3), d::proc_run_key(5)) == 3);
+    CHECK(d::proc_in_run(d::proc_key(5, 0), d::proc_run_key(5)) == 0);
+    CHECK(d::proc_in_run(d::proc_key(6, 3), d::proc_run_key(5)) == -1);  // another run
+    CHECK(d::proc_in_run(0, d::proc_run_key(5)) == -1);                  // no P
+    CHECK(d::proc_in_run(d::proc_key(5, 3), ~std::uint64_t{0}) == -1);   // kNoTable
+  }
+
   TEST_CASE("off a P the run-id compare alone keeps a thread out of the shards") {
     namespace s = corun::sched;
     CHECK(s::tls_proc.id == -1);  // outside run: no P, run id 0
